@@ -1,0 +1,45 @@
+"""Exact tabular world of Sequential Agent Tuning (SAT) and TeamTR.
+
+Public API (see THEORY.md for every definition):
+
+- :class:`FactorizedMDP` — finite team MDP (factored, masked or turn-taking; dense or sparse)
+- :class:`TeamPolicy` — one softmax factor per agent
+- :func:`evaluate`, :func:`evaluate_many` — exact V, Q, A, d, J
+- :func:`stage_certificate` — every certificate term of one sequential stage
+- :func:`random_mdp`, :func:`named_mdp` — generators and toy MDPs
+"""
+
+from .certificates import (
+    BOUND_KEYS,
+    StageCertificate,
+    StepCertificate,
+    intermediate_policies,
+    penalty_constant,
+    stage_certificate,
+)
+from .envs import NAMED, named_mdp, random_mdp
+from .errors import SUM_TOL, InputError
+from .evaluate import BatchEvaluation, ConvergenceError, Evaluation, evaluate, evaluate_many
+from .mdp import FactorizedMDP
+from .policy import (
+    TeamPolicy,
+    expected_advantage,
+    factor_kl,
+    factor_tv,
+    joint_kl,
+    joint_policy,
+    joint_tv,
+    kl_rows,
+    marginal_advantage,
+    tv_rows,
+)
+
+__all__ = [
+    "BOUND_KEYS", "NAMED", "SUM_TOL", "BatchEvaluation", "ConvergenceError", "Evaluation",
+    "FactorizedMDP", "InputError", "StageCertificate", "StepCertificate", "TeamPolicy",
+    "evaluate", "evaluate_many", "expected_advantage", "factor_kl", "factor_tv",
+    "intermediate_policies", "joint_kl", "joint_policy", "joint_tv", "kl_rows",
+    "marginal_advantage", "named_mdp", "penalty_constant", "random_mdp", "stage_certificate",
+    "tv_rows",
+]
+__version__ = "0.1.0"

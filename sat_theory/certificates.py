@@ -1,0 +1,194 @@
+"""Exact certificates for one stage of sequential agent updates (THEORY §4).
+
+Order ``σ``; ``π̂^0 = π_cur`` and ``π̂^i`` is ``π̂^{i−1}`` with agent ``σ(i)``'s factor replaced
+by the target's; ``π̄ = π̂^n``. Per step ``i`` (agent ``j = σ(i)``), with ``d^{i−1} = d^{π̂^{i−1}}``
+and ``A^{i−1} = A^{π̂^{i−1}}``:
+
+- ``δ_i = E_{s∼d^{i−1}} KL_s(π_cur^j ‖ π_tar^j)``, ``δ_i^max = max_{s: j active} KL_s(·)``;
+- ``f_i(s) = E_{a∼π̂^i(·|s)} A^{i−1}(s,a)``;
+- ``L_i^seq = E_{d^{i−1}} f_i / (1−γ)``, ``L_i^stale = E_{d^0} f_i / (1−γ)``;
+- ``A_max,i = max_{s, admissible a} |A^{i−1}(s,a)|``, ``c_i = √2 γ A_max,i / (1−γ)²``;
+- ``true_gain_i = J(π̂^i) − J(π̂^{i−1})``.
+
+Stage: ``A_max = max_i A_max,i``, ``c = √2 γ A_max / (1−γ)²`` and
+
+- ``lower_bound       = Σ L_i^seq − c Σ √δ_i − Σ ζ_i/(1−γ)``            (TeamTR Thm 3.6)
+- ``lower_bound_max   = Σ L_i^seq − c Σ √δ_i^max − Σ ζ_i/(1−γ)``        (SAT Thm 4.4)
+- ``lower_bound_stale = Σ (L_i^stale − ζ_i/(1−γ)) − c Σ_i (√δ_i + Σ_{k<i} √δ_k)`` (TeamTR Prop 3.3)
+
+Tighter ladder (this project's extension, same proofs; never reported as the paper's):
+
+- ``lower_bound_fnorm = Σ L_i^seq − Σ √2 γ ‖f_i‖∞ √δ_i / (1−γ)² − Σ ζ_i/(1−γ)``
+  (``‖f_i‖∞`` in place of ``A_max``);
+- ``lower_bound_tv = Σ L_i^seq − Σ 2γ ‖f_i‖∞ E_{d^{i−1}} TV_i / (1−γ)² − Σ ζ_i/(1−γ)``
+  (additionally the exact expected TV in place of Pinsker's ``√(δ/2)``).
+
+In exact mode ``ζ_i = 0``. A bound "holds" when ``true ≥ bound − HOLD_TOL·(1 + |bound|)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .errors import InputError
+from .evaluate import Evaluation, evaluate
+from .mdp import FactorizedMDP
+from .policy import TeamPolicy, expected_advantage, factor_kl, factor_tv
+
+__all__ = ["StepCertificate", "StageCertificate", "stage_certificate", "intermediate_policies",
+           "check_order", "penalty_constant", "HOLD_TOL", "BOUND_KEYS"]
+
+#: Relative slack for floating-point roundoff when deciding whether a bound holds.
+HOLD_TOL = 1e-9
+
+#: Every stage-level bound, the paper's forms first, then the tighter ladder.
+BOUND_KEYS = ("lower_bound", "lower_bound_max", "lower_bound_stale", "lower_bound_fnorm",
+              "lower_bound_tv")
+
+
+def penalty_constant(gamma: float, A_max: float) -> float:
+    """``c = √2 γ A_max / (1−γ)²`` (equals SAT's ``2γ/(1−γ)² A_max √(½δ)`` per unit √δ)."""
+    return math.sqrt(2.0) * gamma * A_max / (1.0 - gamma) ** 2
+
+
+def holds(true: float, bound: float) -> bool:
+    return bool(true >= bound - HOLD_TOL * (1.0 + abs(bound)))
+
+
+def check_order(order, n_agents: int) -> tuple[int, ...]:
+    """Validate that ``order`` is a permutation of ``0..n−1``."""
+    try:
+        order = tuple(int(x) for x in order)
+    except (TypeError, ValueError):
+        raise InputError(f"order must be a list of agent indices, got {order!r}") from None
+    if sorted(order) != list(range(n_agents)):
+        raise InputError(
+            f"order {','.join(map(str, order))} is not a permutation of the agents 0..{n_agents - 1}"
+        )
+    return order
+
+
+def intermediate_policies(current: TeamPolicy, target: TeamPolicy, order) -> list[TeamPolicy]:
+    """``[π̂^0, …, π̂^n]``: agent ``σ(i)``'s factor swapped to the target's at step i."""
+    pols = [current]
+    for j in order:
+        pols.append(pols[-1].with_factor(j, target.factors[j]))
+    return pols
+
+
+@dataclass
+class StepCertificate:
+    """Exact terms of one step of the stage (see module docstring)."""
+
+    step: int
+    agent: int
+    L_seq: float
+    L_stale: float
+    delta: float
+    delta_max: float
+    tv: float  # E_{d^{i−1}} TV_s(π_cur^j, π_tar^j)
+    A_max: float
+    f_inf: float
+    zeta: float
+    true_gain: float
+    bound: float  # L_seq − c_i √δ_i − ζ_i/(1−γ)      (TeamTR Thm 3.4)
+    bound_max: float  # L_seq − c_i √δ_i^max − ζ_i/(1−γ)  (SAT Thm 4.2)
+    holds: bool
+
+
+@dataclass
+class StageCertificate:
+    order: tuple[int, ...]
+    steps: list[StepCertificate]
+    gamma: float
+    A_max: float
+    c: float
+    J_before: float
+    J_after: float
+    true_improvement: float
+    lower_bound: float
+    lower_bound_max: float
+    lower_bound_stale: float
+    lower_bound_fnorm: float
+    lower_bound_tv: float
+    holds: bool
+    violated: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["order"] = list(self.order)
+        return d
+
+
+def stage_certificate(mdp: FactorizedMDP, current: TeamPolicy, target: TeamPolicy, order,
+                      *, zeta=None, evaluations: list[Evaluation] | None = None) -> StageCertificate:
+    """Every certificate term of THEORY §4 for one stage, computed exactly.
+
+    ``zeta``: per-step estimator-error bounds ``ζ_i`` in update order (default 0, exact mode).
+    ``evaluations``: the n+1 evaluations of :func:`intermediate_policies` if already known.
+    """
+    order = check_order(order, mdp.n_agents)
+    n, g = len(order), mdp.gamma
+    zeta = np.zeros(n) if zeta is None else np.asarray(zeta, dtype=np.float64)
+    if zeta.shape != (n,):
+        raise InputError(f"zeta must have one entry per step ({n}), got shape {zeta.shape}")
+    if evaluations is None:
+        evaluations = [evaluate(mdp, p) for p in intermediate_policies(current, target, order)]
+    ev0 = evaluations[0]
+    steps = []
+    for i, j in enumerate(order, start=1):
+        prev, nxt = evaluations[i - 1], evaluations[i]
+        kl = factor_kl(mdp, current.factors[j], target.factors[j], j)
+        act = mdp.active[:, j]
+        f = expected_advantage(nxt.pi, prev.A)
+        delta = _expect(prev.d, kl)
+        delta_max = float(kl[act].max()) if act.any() else 0.0
+        L_seq = float(prev.d @ f) / (1 - g)
+        c_i = penalty_constant(g, prev.A_max)
+        steps.append(StepCertificate(
+            step=i, agent=j, L_seq=L_seq, L_stale=float(ev0.d @ f) / (1 - g),
+            delta=delta, delta_max=delta_max,
+            tv=float(prev.d @ factor_tv(mdp, current.factors[j], target.factors[j], j)),
+            A_max=prev.A_max, f_inf=float(np.abs(f).max()), zeta=float(zeta[i - 1]),
+            true_gain=nxt.J - prev.J,
+            bound=L_seq - c_i * math.sqrt(delta) - zeta[i - 1] / (1 - g),
+            bound_max=L_seq - c_i * math.sqrt(delta_max) - zeta[i - 1] / (1 - g),
+            holds=False,
+        ))
+        steps[-1].holds = holds(steps[-1].true_gain, steps[-1].bound)
+    return _assemble(order, steps, g, ev0.J, evaluations[-1].J)
+
+
+def _expect(d: np.ndarray, x: np.ndarray) -> float:
+    """``E_{s∼d} x(s)``, with ``+∞`` entries counted only where ``d(s) > 0``."""
+    mask = d > 0
+    return float(d[mask] @ x[mask])
+
+
+def _assemble(order, steps: list[StepCertificate], g: float, J_before: float,
+              J_after: float) -> StageCertificate:
+    A_max = max(s.A_max for s in steps)
+    c = penalty_constant(g, A_max)
+    sq = np.sqrt([s.delta for s in steps])
+    sq_max = np.sqrt([s.delta_max for s in steps])
+    L = sum(s.L_seq for s in steps)
+    Z = sum(s.zeta for s in steps) / (1 - g)
+    chained = sum(sq[i] + sq[:i].sum() for i in range(len(steps)))
+    bounds = dict(
+        lower_bound=L - c * sq.sum() - Z,
+        lower_bound_max=L - c * sq_max.sum() - Z,
+        lower_bound_stale=sum(s.L_stale for s in steps) - Z - c * chained,
+        lower_bound_fnorm=L - Z - sum(math.sqrt(2) * g * s.f_inf * math.sqrt(s.delta)
+                                      for s in steps) / (1 - g) ** 2,
+        lower_bound_tv=L - Z - sum(2 * g * s.f_inf * s.tv for s in steps) / (1 - g) ** 2,
+    )
+    true = J_after - J_before
+    violated = [k for k in BOUND_KEYS if not holds(true, bounds[k])]
+    return StageCertificate(
+        order=tuple(order), steps=steps, gamma=g, A_max=A_max, c=c, J_before=J_before,
+        J_after=J_after, true_improvement=true, holds=holds(true, bounds["lower_bound"]),
+        violated=violated, **bounds,
+    )

@@ -1,0 +1,1 @@
+"""Subcommands of the ``sat`` CLI (see :mod:`sat_theory.cli`)."""

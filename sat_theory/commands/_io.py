@@ -1,0 +1,51 @@
+"""Shared output helpers for subcommands: strict JSON and plain tables."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+
+def jsonable(x):
+    """Convert numpy scalars/arrays, tuples and non-finite floats to strict-JSON values.
+
+    Non-finite floats become the strings ``"Infinity"``, ``"-Infinity"``, ``"NaN"`` (strict
+    JSON has no such numbers; Python's ``float()`` reads these strings back).
+    """
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return jsonable(x.tolist())
+    if isinstance(x, np.bool_ | bool):
+        return bool(x)
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, float | np.floating):
+        x = float(x)
+        if math.isfinite(x):
+            return x
+        return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
+    return x
+
+
+def dumps(obj) -> str:
+    return json.dumps(jsonable(obj), allow_nan=False)
+
+
+def table(rows: list[dict], columns: list[str], fmt: str = "{:.6g}") -> str:
+    """A plain fixed-width text table."""
+    def cell(v):
+        if isinstance(v, float | np.floating):
+            return fmt.format(v)
+        return str(v)
+    cells = [[cell(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) if cells else len(c)
+              for i, c in enumerate(columns)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in cells]
+    return "\n".join(lines)

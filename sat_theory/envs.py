@@ -1,0 +1,166 @@
+"""Seeded random team MDPs and named toy MDPs with closed-form values.
+
+Random generators (all deterministic given ``seed``):
+
+- :func:`random_mdp` — ``layout="simultaneous"`` (every agent acts everywhere),
+  ``"masked"`` (a random non-empty active set per state), or ``"turn"`` (one agent per
+  state, turn-taking); dense Dirichlet transitions or ``successors`` random successors per
+  state/joint action; ``sparse=True`` returns CSR transitions (turn-taking only).
+
+Named toy MDPs (:data:`NAMED`, :func:`named_mdp`), each with values derivable by hand
+(see ``tests/test_closed_form.py``):
+
+- ``bandit``: one state, two agents with two actions, coordination payoff
+  ``R = [[1, 0], [0, 2]]``; ``V = r_π/(1−γ)``.
+- ``chain``: a deterministic turn-taking chain of ``L = 5`` states, agent ``s mod 2`` acts
+  at state ``s``; action 1 moves right (the last state absorbs), action 0 stays; reward 1
+  for acting at the last state.
+- ``two_state``: two states, agent 0 acts at state 0, agent 1 at state 1; action 1 switches
+  state, action 0 stays; reward 1 at state 1 for any action.
+- ``coordination``: two simultaneous agents, two states; matching actions move to the
+  paying state. Where naive (stale) sequential updates mislead, see the verify suite.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import InputError
+from .mdp import FactorizedMDP
+
+__all__ = ["random_mdp", "named_mdp", "NAMED", "LAYOUTS"]
+
+LAYOUTS = ("simultaneous", "masked", "turn")
+
+
+def _rows(rng: np.random.Generator, n_rows: int, S: int, successors: int | None,
+          concentration: float) -> np.ndarray:
+    """(n_rows, S) random transition rows: Dirichlet over all states or over k successors."""
+    if successors is None or successors >= S:
+        return rng.dirichlet(np.full(S, concentration), size=n_rows)
+    out = np.zeros((n_rows, S))
+    idx = _successor_indices(rng, n_rows, S, successors)
+    w = rng.dirichlet(np.full(successors, concentration), size=n_rows)
+    np.put_along_axis(out, idx, w, axis=1)
+    return out
+
+
+def _successor_indices(rng, n_rows, S, k):
+    """(n_rows, k) distinct random successor states per row (sorted)."""
+    # k distinct draws per row by rejection-free "random offsets": s + cumsum(gaps) mod S
+    idx = rng.integers(0, S, size=(n_rows, k))
+    idx.sort(axis=1)
+    dup = np.diff(idx, axis=1) == 0
+    while dup.any():  # rare for k ≪ S; redraw rows with duplicates
+        rows = np.flatnonzero(dup.any(axis=1))
+        new = rng.integers(0, S, size=(rows.size, k))
+        new.sort(axis=1)
+        idx[rows] = new
+        dup = np.diff(idx, axis=1) == 0
+    return idx
+
+
+def random_mdp(n_states: int, n_agents: int, n_actions: int | tuple[int, ...] = 2, *,
+               layout: str = "simultaneous", gamma: float = 0.9, seed: int = 0,
+               successors: int | None = None, sparse: bool = False,
+               concentration: float = 1.0, reward_scale: float = 1.0) -> FactorizedMDP:
+    """A random team MDP.
+
+    Rewards are uniform on ``[−reward_scale, reward_scale]``; ``rho0`` is Dirichlet(1).
+    ``n_actions`` may be per agent (simultaneous/masked layouts only).
+    """
+    if layout not in LAYOUTS:
+        raise InputError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+    if n_states < 1 or n_agents < 1:
+        raise InputError("n_states and n_agents must be >= 1")
+    rng = np.random.default_rng(seed)
+    S, n = n_states, n_agents
+    if layout == "turn":
+        if not isinstance(n_actions, int | np.integer):
+            raise InputError("turn-taking MDPs give every agent the same number of actions")
+        A = int(n_actions)
+        turn = np.arange(S) % n if S >= n else rng.integers(0, n, size=S)
+        rng.shuffle(turn)
+        R = rng.uniform(-reward_scale, reward_scale, size=(S, A))
+        rho0 = rng.dirichlet(np.ones(S))
+        if sparse:
+            k = min(successors or 5, S)
+            idx = _successor_indices(rng, S * A, S, k)
+            w = rng.dirichlet(np.full(k, concentration), size=S * A)
+            indptr = np.arange(0, S * A * k + 1, k)
+            P = sp.csr_matrix((w.ravel(), idx.ravel(), indptr), shape=(S * A, S))
+        else:
+            P = _rows(rng, S * A, S, successors, concentration).reshape(S, A, S)
+        return FactorizedMDP.turn_taking(P, R, turn, n, rho0, gamma, name=f"random-turn-{seed}")
+    if sparse:
+        raise InputError("sparse random MDPs are turn-taking only (layout='turn')")
+    counts = (int(n_actions),) * n if isinstance(n_actions, int | np.integer) else tuple(n_actions)
+    if len(counts) != n:
+        raise InputError(f"n_actions has {len(counts)} entries for {n} agents")
+    K = int(np.prod(counts))
+    P = _rows(rng, S * K, S, successors, concentration).reshape((S, *counts, S))
+    R = rng.uniform(-reward_scale, reward_scale, size=(S, *counts))
+    rho0 = rng.dirichlet(np.ones(S))
+    active = None
+    if layout == "masked":
+        active = rng.random((S, n)) < 0.6
+        empty = ~active.any(axis=1)
+        active[empty, rng.integers(0, n, size=int(empty.sum()))] = True
+        # inactive agents' actions must not matter: copy the a_j = 0 slice over the axis
+        for j in range(n):
+            idle = ~active[:, j]
+            P[idle] = np.take(P[idle], [0], axis=1 + j)
+            R[idle] = np.take(R[idle], [0], axis=1 + j)
+    return FactorizedMDP.factored(P, R, rho0, gamma, active, name=f"random-{layout}-{seed}")
+
+
+# ------------------------------------------------------------------ named MDPs
+def _bandit(gamma: float = 0.9) -> FactorizedMDP:
+    P = np.ones((1, 2, 2, 1))
+    R = np.array([[[1.0, 0.0], [0.0, 2.0]]])
+    return FactorizedMDP.factored(P, R, [1.0], gamma, name="bandit")
+
+
+def _chain(gamma: float = 0.9, length: int = 5) -> FactorizedMDP:
+    L = length
+    P = np.zeros((L, 2, L))
+    for s in range(L):
+        P[s, 0, s] = 1.0
+        P[s, 1, min(s + 1, L - 1)] = 1.0
+    R = np.zeros((L, 2))
+    R[L - 1, :] = 1.0
+    rho0 = np.zeros(L)
+    rho0[0] = 1.0
+    return FactorizedMDP.turn_taking(P, R, np.arange(L) % 2, 2, rho0, gamma, name="chain")
+
+
+def _two_state(gamma: float = 0.9) -> FactorizedMDP:
+    P = np.zeros((2, 2, 2))
+    P[0, 0, 0] = P[0, 1, 1] = 1.0
+    P[1, 0, 1] = P[1, 1, 0] = 1.0
+    R = np.array([[0.0, 0.0], [1.0, 1.0]])
+    return FactorizedMDP.turn_taking(P, R, [0, 1], 2, [1.0, 0.0], gamma, name="two_state")
+
+
+def _coordination(gamma: float = 0.9) -> FactorizedMDP:
+    # state 0: matching actions (0,0) or (1,1) move to state 1 w.p. 1; state 1 pays 1 and
+    # returns to state 0 unless both play 1.
+    P = np.zeros((2, 2, 2, 2))
+    for a in range(2):
+        for b in range(2):
+            P[0, a, b, 1 if a == b else 0] = 1.0
+            P[1, a, b, 1 if (a == 1 and b == 1) else 0] = 1.0
+    R = np.zeros((2, 2, 2))
+    R[1] = 1.0
+    return FactorizedMDP.factored(P, R, [1.0, 0.0], gamma, name="coordination")
+
+
+NAMED = {"bandit": _bandit, "chain": _chain, "two_state": _two_state, "coordination": _coordination}
+
+
+def named_mdp(name: str, gamma: float | None = None) -> FactorizedMDP:
+    """One of the named toy MDPs (:data:`NAMED`), optionally with another discount."""
+    if name not in NAMED:
+        raise InputError(f"unknown MDP {name!r}; named MDPs: {', '.join(sorted(NAMED))}")
+    return NAMED[name]() if gamma is None else NAMED[name](gamma)

@@ -1,0 +1,395 @@
+"""Finite discounted team MDPs with factorized (per-agent) actions (THEORY §1).
+
+A team MDP has ``n`` agents with action sets ``A_j``, states ``S``, transitions
+``P(s'|s,a)``, rewards ``R(s,a)``, discount ``gamma`` and start distribution ``rho0``, where
+``a = (a_1..a_n)`` is the joint action. At each state a non-empty set ``active(s)`` of agents
+acts; inactive agents take the no-op action ``0`` and ``P``/``R`` do not depend on it.
+
+Internally every MDP is stored in *state/joint-action* form: ``K`` joint-action slots per
+state, ``P`` of shape ``(S, K, S)`` (dense) or a CSR matrix of shape ``(S*K, S)`` (row
+``s*K + k``), and ``R`` of shape ``(S, K)``. Two layouts of the slots exist:
+
+- ``factored`` (simultaneous or masked): ``K = prod_j A_j`` and slot ``k`` is the C-order
+  ravel of ``(a_1..a_n)``; slots with an inactive agent at a non-zero action are
+  inadmissible (they get probability 0 under every team policy).
+- ``turn`` (turn-taking, TeamTR §3.1): exactly one agent ``turn[s]`` acts at ``s``, every
+  agent has ``A`` actions, ``K = A`` and slot ``k`` is the acting agent's action.
+
+File formats (``.npz``), see :meth:`FactorizedMDP.load`:
+
+- factored: ``P`` (S, A_1..A_n, S), ``R`` (S, A_1..A_n), ``rho0`` (S,), ``gamma``,
+  optional ``active`` (S, n) bool;
+- turn-taking: ``P`` (S, A, S), ``R`` (S, A), ``turn`` (S,) int, ``n_agents``, ``rho0``,
+  ``gamma``;
+- sparse turn-taking: as turn-taking with ``P`` given as CSR arrays ``P_data``,
+  ``P_indices``, ``P_indptr`` of an ``(S*A, S)`` matrix.
+
+Probability checks use the absolute tolerance :data:`sat_theory.errors.SUM_TOL`; rows that
+pass are renormalised so that downstream sums are exact to machine precision.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import SUM_TOL, InputError
+
+__all__ = ["FactorizedMDP", "check_distribution_rows"]
+
+
+def check_distribution_rows(x: np.ndarray, what: str, axis: int = -1) -> np.ndarray:
+    """Validate that ``x`` holds probability vectors along ``axis``; return them renormalised.
+
+    Raises :class:`InputError` naming ``what`` if an entry is NaN/inf or below ``-SUM_TOL``,
+    or if a row sum differs from 1 by more than ``SUM_TOL``.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if not np.all(np.isfinite(x)):
+        raise InputError(f"{what} contains NaN or infinite entries")
+    if x.size and x.min() < -SUM_TOL:
+        idx = np.unravel_index(np.argmin(x), x.shape)
+        raise InputError(f"{what} has a negative entry {x[idx]:.3g} at index {tuple(map(int, idx))}")
+    sums = x.sum(axis=axis, keepdims=True)
+    bad = np.abs(sums - 1.0) > SUM_TOL
+    if np.any(bad):
+        idx = np.unravel_index(np.argmax(np.abs(sums - 1.0)), sums.shape)
+        raise InputError(
+            f"{what} does not sum to 1 along its last axis (sum {sums[idx]:.9g} at row "
+            f"{tuple(int(i) for i, n in zip(idx, sums.shape) if n > 1)}; tolerance {SUM_TOL:g})"
+        )
+    return np.clip(x, 0.0, None) / np.clip(x, 0.0, None).sum(axis=axis, keepdims=True)
+
+
+def _check_gamma(gamma) -> float:
+    try:
+        g = float(np.asarray(gamma).item())
+    except (TypeError, ValueError):
+        raise InputError(f"gamma must be a number, got {gamma!r}") from None
+    if not (0.0 < g < 1.0):
+        raise InputError(f"gamma must lie in (0, 1), got {g:g}")
+    return g
+
+
+def _check_finite(x: np.ndarray, what: str) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    if not np.all(np.isfinite(x)):
+        raise InputError(f"{what} contains NaN or infinite entries")
+    return x
+
+
+def _check_csr(P: sp.spmatrix, n_rows: int, n_states: int, what: str) -> sp.csr_matrix:
+    P = sp.csr_matrix(P, dtype=np.float64)
+    if P.shape != (n_rows, n_states):
+        raise InputError(f"{what} has shape {P.shape}, expected {(n_rows, n_states)}")
+    P.sum_duplicates()
+    if not np.all(np.isfinite(P.data)):
+        raise InputError(f"{what} contains NaN or infinite entries")
+    if P.data.size and P.data.min() < -SUM_TOL:
+        raise InputError(f"{what} has a negative entry {P.data.min():.3g}")
+    P.data = np.clip(P.data, 0.0, None)
+    sums = np.asarray(P.sum(axis=1)).ravel()
+    bad = np.flatnonzero(np.abs(sums - 1.0) > SUM_TOL)
+    if bad.size:
+        raise InputError(
+            f"{what} row {int(bad[0])} sums to {sums[bad[0]]:.9g}, not 1 (tolerance {SUM_TOL:g})"
+        )
+    P = sp.diags(1.0 / sums) @ P
+    return sp.csr_matrix(P)
+
+
+@dataclass(frozen=True, eq=False)
+class FactorizedMDP:
+    """A finite discounted team MDP in state/joint-action form (see module docstring).
+
+    Build one with :meth:`factored`, :meth:`turn_taking` or :meth:`load`; the constructor
+    itself performs no validation and is for internal use.
+    """
+
+    kind: str  # "factored" or "turn"
+    P: np.ndarray | sp.csr_matrix  # (S, K, S) dense, or CSR (S*K, S)
+    R: np.ndarray  # (S, K)
+    rho0: np.ndarray  # (S,)
+    gamma: float
+    action_counts: tuple[int, ...]  # (A_1..A_n)
+    active: np.ndarray  # (S, n) bool
+    turn: np.ndarray | None = None  # (S,) int, turn-taking only
+    name: str = ""
+
+    # ----------------------------------------------------------------- shapes
+    @property
+    def n_states(self) -> int:
+        return self.R.shape[0]
+
+    @property
+    def n_agents(self) -> int:
+        return len(self.action_counts)
+
+    @property
+    def n_joint(self) -> int:
+        """K, the number of joint-action slots per state."""
+        return self.R.shape[1]
+
+    @property
+    def is_sparse(self) -> bool:
+        return sp.issparse(self.P)
+
+    @cached_property
+    def admissible(self) -> np.ndarray:
+        """(S, K) bool: slot k is a joint action with every inactive agent at action 0."""
+        if self.kind == "turn":
+            return np.ones((self.n_states, self.n_joint), dtype=bool)
+        acts = self.slot_actions  # (K, n)
+        inactive = ~self.active  # (S, n)
+        # inadmissible iff some inactive agent takes a non-zero action
+        bad = (inactive[:, None, :] & (acts[None, :, :] != 0)).any(axis=2)
+        return ~bad
+
+    @cached_property
+    def slot_actions(self) -> np.ndarray:
+        """(K, n) int: per-agent actions of each joint slot (factored layout only)."""
+        if self.kind != "factored":
+            raise AttributeError("slot_actions exists only for factored MDPs")
+        grids = np.unravel_index(np.arange(self.n_joint), self.action_counts)
+        return np.stack(grids, axis=1)
+
+    # ----------------------------------------------------------- constructors
+    @classmethod
+    def factored(cls, P, R, rho0, gamma, active=None, *, name: str = "") -> FactorizedMDP:
+        """Validated factored team MDP from ``P`` (S, A_1..A_n, S) and ``R`` (S, A_1..A_n).
+
+        ``active`` (S, n) bool defaults to all agents active everywhere (a simultaneous
+        factorized team). Inactive agents take action 0; ``P`` and ``R`` must not depend on
+        their action (checked to ``SUM_TOL``).
+        """
+        P = np.asarray(P, dtype=np.float64)
+        R = _check_finite(R, "R")
+        if P.ndim < 3:
+            raise InputError(f"P must have shape (S, A_1, ..., A_n, S), got ndim {P.ndim}")
+        S = P.shape[0]
+        counts = tuple(int(a) for a in P.shape[1:-1])
+        if P.shape[-1] != S:
+            raise InputError(f"P has shape {P.shape}: first and last axes must both be S")
+        if any(a < 1 for a in counts):
+            raise InputError(f"every agent needs at least one action, got counts {counts}")
+        if R.shape != P.shape[:-1]:
+            raise InputError(f"R has shape {R.shape}, expected {P.shape[:-1]} (S, A_1, ..., A_n)")
+        P = check_distribution_rows(P, "P")
+        n = len(counts)
+        if active is None:
+            active = np.ones((S, n), dtype=bool)
+        active = np.asarray(active)
+        if active.shape != (S, n):
+            raise InputError(f"active has shape {active.shape}, expected {(S, n)}")
+        if active.dtype != bool:
+            if not np.all(np.isin(active, (0, 1))):
+                raise InputError("active must be boolean (0/1)")
+            active = active.astype(bool)
+        if not np.all(active.any(axis=1)):
+            s = int(np.flatnonzero(~active.any(axis=1))[0])
+            raise InputError(f"active: state {s} has no active agent")
+        for j in range(n):
+            idle = ~active[:, j]
+            if not idle.any():
+                continue
+            Pj = np.moveaxis(P[idle], 1 + j, 1)
+            Rj = np.moveaxis(R[idle], 1 + j, 1)
+            if np.abs(Pj - Pj[:, :1]).max() > SUM_TOL or np.abs(Rj - Rj[:, :1]).max() > SUM_TOL:
+                s = int(np.flatnonzero(idle)[0])
+                raise InputError(
+                    f"P or R depends on the action of agent {j} where it is inactive (e.g. state {s})"
+                )
+        rho0 = check_distribution_rows(rho0, "rho0")
+        if rho0.shape != (S,):
+            raise InputError(f"rho0 has shape {rho0.shape}, expected {(S,)}")
+        K = int(np.prod(counts))
+        return cls(
+            kind="factored",
+            P=np.ascontiguousarray(P.reshape(S, K, S)),
+            R=np.ascontiguousarray(R.reshape(S, K)),
+            rho0=rho0,
+            gamma=_check_gamma(gamma),
+            action_counts=counts,
+            active=active,
+            name=name,
+        )
+
+    @classmethod
+    def turn_taking(cls, P, R, turn, n_agents, rho0, gamma, *, name: str = "") -> FactorizedMDP:
+        """Validated turn-taking team MDP: agent ``turn[s]`` chooses among A actions at ``s``.
+
+        ``P`` is (S, A, S) dense or any scipy sparse matrix of shape (S*A, S) (row s*A + a).
+        """
+        R = _check_finite(R, "R")
+        if R.ndim != 2:
+            raise InputError(f"R must have shape (S, A), got {R.shape}")
+        S, A = R.shape
+        if A < 1:
+            raise InputError("turn-taking MDP needs at least one action")
+        try:
+            n = int(np.asarray(n_agents).item())
+        except (TypeError, ValueError):
+            raise InputError(f"n_agents must be an integer, got {n_agents!r}") from None
+        if n < 1:
+            raise InputError(f"n_agents must be >= 1, got {n}")
+        turn = np.asarray(turn)
+        if turn.shape != (S,):
+            raise InputError(f"turn has shape {turn.shape}, expected {(S,)}")
+        if not np.issubdtype(turn.dtype, np.integer):
+            if not np.all(np.isfinite(turn)) or not np.all(turn == np.round(turn)):
+                raise InputError("turn must hold integer agent indices")
+        turn = turn.astype(np.int64)
+        if turn.min() < 0 or turn.max() >= n:
+            bad = int(np.flatnonzero((turn < 0) | (turn >= n))[0])
+            raise InputError(
+                f"turn[{bad}] = {int(turn[bad])} is not an agent index in [0, {n - 1}]"
+            )
+        if sp.issparse(P):
+            P = _check_csr(P, S * A, S, "P")
+        else:
+            P = np.asarray(P, dtype=np.float64)
+            if P.shape != (S, A, S):
+                raise InputError(f"P has shape {P.shape}, expected {(S, A, S)} (S, A, S)")
+            P = np.ascontiguousarray(check_distribution_rows(P, "P"))
+        rho0 = check_distribution_rows(rho0, "rho0")
+        if rho0.shape != (S,):
+            raise InputError(f"rho0 has shape {rho0.shape}, expected {(S,)}")
+        active = np.zeros((S, n), dtype=bool)
+        active[np.arange(S), turn] = True
+        return cls(
+            kind="turn",
+            P=P,
+            R=R,
+            rho0=rho0,
+            gamma=_check_gamma(gamma),
+            action_counts=(A,) * n,
+            active=active,
+            turn=turn,
+            name=name,
+        )
+
+    # -------------------------------------------------------------------- I/O
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> FactorizedMDP:
+        """Load an MDP ``.npz`` in factored, turn-taking or sparse turn-taking form."""
+        data = _load_npz(path, "MDP")
+        keys = set(data)
+        name = os.path.splitext(os.path.basename(os.fspath(path)))[0]
+        need = {"R", "rho0", "gamma"}
+        if "turn" in keys or "P_data" in keys:
+            need |= {"turn", "n_agents"}
+            need |= {"P_data", "P_indices", "P_indptr"} if "P_data" in keys else {"P"}
+        else:
+            need |= {"P"}
+        missing = sorted(need - keys)
+        if missing:
+            raise InputError(f"MDP file {path} is missing key(s) {', '.join(missing)}")
+        if "turn" not in keys:
+            return cls.factored(
+                data["P"], data["R"], data["rho0"], data["gamma"], data.get("active"), name=name
+            )
+        R = np.asarray(data["R"])
+        if "P_data" in keys:
+            if R.ndim != 2:
+                raise InputError(f"R must have shape (S, A), got {R.shape}")
+            S, A = R.shape
+            try:
+                P = sp.csr_matrix(
+                    (data["P_data"], data["P_indices"], data["P_indptr"]), shape=(S * A, S)
+                )
+                P.check_format(full_check=True)
+            except (ValueError, TypeError, IndexError) as e:
+                raise InputError(f"malformed CSR arrays P_data/P_indices/P_indptr: {e}") from None
+        else:
+            P = data["P"]
+        return cls.turn_taking(P, R, data["turn"], data["n_agents"], data["rho0"], data["gamma"], name=name)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write this MDP as ``.npz`` in the form matching its layout (atomic replace)."""
+        S = self.n_states
+        if self.kind == "factored":
+            arrays = dict(
+                P=np.asarray(self.P).reshape((S, *self.action_counts, S)),
+                R=self.R.reshape((S, *self.action_counts)),
+                rho0=self.rho0,
+                gamma=self.gamma,
+                active=self.active,
+            )
+        else:
+            arrays = dict(R=self.R, turn=self.turn, n_agents=self.n_agents, rho0=self.rho0, gamma=self.gamma)
+            if self.is_sparse:
+                arrays.update(P_data=self.P.data, P_indices=self.P.indices, P_indptr=self.P.indptr)
+            else:
+                arrays["P"] = self.P
+        save_npz_atomic(path, arrays)
+
+    # ---------------------------------------------------------------- helpers
+    def P_rows(self) -> sp.csr_matrix | np.ndarray:
+        """P as an (S*K, S) matrix (CSR if sparse, a dense view otherwise)."""
+        if self.is_sparse:
+            return self.P
+        return self.P.reshape(self.n_states * self.n_joint, self.n_states)
+
+    def to_dense(self) -> FactorizedMDP:
+        """The same MDP with a dense (S, K, S) transition array."""
+        if not self.is_sparse:
+            return self
+        dense = self.P.toarray().reshape(self.n_states, self.n_joint, self.n_states)
+        return _replace(self, P=dense)
+
+    def to_sparse(self) -> FactorizedMDP:
+        """The same MDP with a CSR (S*K, S) transition matrix."""
+        if self.is_sparse:
+            return self
+        return _replace(self, P=sp.csr_matrix(self.P_rows()))
+
+    def describe(self) -> str:
+        layout = "turn-taking" if self.kind == "turn" else (
+            "simultaneous" if self.active.all() else "masked")
+        return (f"{self.name or 'mdp'}: {layout}, S={self.n_states}, n={self.n_agents}, "
+                f"A={list(self.action_counts)}, gamma={self.gamma:g}"
+                f"{', sparse' if self.is_sparse else ''}")
+
+
+def _replace(mdp: FactorizedMDP, **changes) -> FactorizedMDP:
+    fields = {f: getattr(mdp, f) for f in mdp.__dataclass_fields__}
+    fields.update(changes)
+    return FactorizedMDP(**fields)
+
+
+def _load_npz(path, what: str) -> dict:
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise InputError(f"{what} file not found: {path}")
+    if os.path.isdir(path):
+        raise InputError(f"{what} path is a directory, not an .npz file: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if not hasattr(z, "files"):
+                raise InputError(f"{what} file {path} is a bare .npy array, not an .npz archive")
+            return {k: z[k] for k in z.files}
+    except InputError:
+        raise
+    except (OSError, ValueError, EOFError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise InputError(f"cannot read {what} file {path} as .npz: {msg}") from None
+    except Exception as e:  # zipfile.BadZipFile and friends
+        raise InputError(f"cannot read {what} file {path} as .npz: {type(e).__name__}") from None
+
+
+def save_npz_atomic(path, arrays: dict) -> None:
+    """``np.savez`` to a temporary file in the same folder, then rename over ``path``."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp{os.getpid()}.npz")
+    try:
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
