@@ -16,6 +16,11 @@ from .errors import InputError
 COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("sat_theory.commands.eval", "exact evaluation (J, V, d) of a team policy"),
     "certify": ("sat_theory.commands.certify", "exact stage certificate for current -> target"),
+    "verify": ("sat_theory.commands.verify", "check every theorem of both papers exactly"),
+    "train": ("sat_theory.commands.train", "train a team (tabular or LLM backend)"),
+    "figures": ("sat_theory.commands.figures", "reproduce the papers' diagnostic figures"),
+    "plot": ("sat_theory.commands.plot", "draw the figures of one run directory"),
+    "bench": ("sat_theory.commands.bench", "performance benchmarks against peers"),
 }
 
 
@@ -31,7 +36,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, (module, help_) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
-        if only is None or only == name:
+        if only == name:  # `sat --help` lists commands without importing them
             importlib.import_module(module).add_arguments(p)
     return parser
 
