@@ -21,6 +21,7 @@ __all__ = ["CheckResult", "Check", "check", "CHECKS", "run_checks", "load_checks
 CHECK_MODULES = (
     "sat_theory.verify.bounds",
     "sat_theory.verify.estimators",
+    "sat_theory.verify.optimization",
 )
 
 
