@@ -1,0 +1,245 @@
+"""Exact evaluation: a rational oracle, identities (THEORY §2), batched/looped and
+sparse/dense agreement."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sat_theory import TeamPolicy, evaluate, evaluate_many, joint_policy, random_mdp
+from sat_theory.evaluate import bellman_residual, collapse
+from sat_theory.policy import expected_advantage
+
+LAYOUTS = ["simultaneous", "masked", "turn"]
+
+
+# ----------------------------------------------------------------- the oracle
+def _solve_exact(M: list[list[Fraction]], b: list[Fraction]) -> list[Fraction]:
+    """Gauss–Jordan elimination over the rationals (exact; M is small and non-singular)."""
+    n = len(b)
+    A = [row[:] + [b[i]] for i, row in enumerate(M)]
+    for c in range(n):
+        piv = next(r for r in range(c, n) if A[r][c] != 0)
+        A[c], A[piv] = A[piv], A[c]
+        inv = 1 / A[c][c]
+        A[c] = [x * inv for x in A[c]]
+        for r in range(n):
+            if r != c and A[r][c] != 0:
+                f = A[r][c]
+                A[r] = [x - f * y for x, y in zip(A[r], A[c])]
+    return [A[i][n] for i in range(n)]
+
+
+def oracle(mdp, pol):
+    """V, d, Q, J computed in exact rational arithmetic from the (exactly representable)
+    float entries of P, R, ρ0, γ and the policy factors. The joint policy is the exact
+    product of the factors: π(a|s) = Π_{j active} π^(j)(a_j|s)."""
+    S, K = mdp.n_states, mdp.n_joint
+    g = Fraction(mdp.gamma)
+    P = np.asarray(mdp.to_dense().P)
+    F = [[[Fraction(x) for x in row] for row in f] for f in pol.factors]
+    pi = [[Fraction(0)] * K for _ in range(S)]
+    for s in range(S):
+        for k in range(K):
+            if mdp.kind == "turn":
+                pi[s][k] = F[int(mdp.turn[s])][s][k]
+            else:
+                acts = mdp.slot_actions[k]
+                p = Fraction(1)
+                for j, a in enumerate(acts):
+                    if mdp.active[s, j]:
+                        p *= F[j][s][a]
+                    elif a != 0:
+                        p = Fraction(0)
+                pi[s][k] = p
+    Pq = [[[Fraction(P[s, k, t]) for t in range(S)] for k in range(K)] for s in range(S)]
+    Rq = [[Fraction(mdp.R[s, k]) for k in range(K)] for s in range(S)]
+    P_pi = [[sum(pi[s][k] * Pq[s][k][t] for k in range(K)) for t in range(S)] for s in range(S)]
+    r_pi = [sum(pi[s][k] * Rq[s][k] for k in range(K)) for s in range(S)]
+    M = [[(1 if s == t else 0) - g * P_pi[s][t] for t in range(S)] for s in range(S)]
+    V = _solve_exact(M, r_pi)
+    MT = [[M[t][s] for t in range(S)] for s in range(S)]
+    d = _solve_exact(MT, [(1 - g) * Fraction(x) for x in mdp.rho0])
+    Q = [[Rq[s][k] + g * sum(Pq[s][k][t] * V[t] for t in range(S)) for k in range(K)]
+         for s in range(S)]
+    J = sum(Fraction(x) * v for x, v in zip(mdp.rho0, V))
+    return (np.array([float(v) for v in V]), np.array([float(x) for x in d]),
+            np.array([[float(q) for q in row] for row in Q]), float(J))
+
+
+ORACLE_CASES = [
+    (layout, S, n, A, seed)
+    for layout in LAYOUTS
+    for (S, n, A) in [(2, 2, 2), (3, 2, 2), (4, 3, 2)]
+    for seed in (0, 1)
+] + [("simultaneous", 3, 2, (2, 3), 5), ("masked", 4, 2, (3, 2), 6)]
+
+
+@pytest.mark.parametrize("layout,S,n,A,seed", ORACLE_CASES)
+def test_rational_oracle(layout, S, n, A, seed):
+    mdp = random_mdp(S, n, A, layout=layout, gamma=0.9, seed=seed)
+    pol = TeamPolicy.random(mdp, seed + 100)
+    V, d, Q, J = oracle(mdp, pol)
+    ev = evaluate(mdp, pol)
+    tol = dict(rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ev.V, V, **tol)
+    np.testing.assert_allclose(ev.d, d, **tol)
+    np.testing.assert_allclose(ev.Q, Q, **tol)
+    np.testing.assert_allclose(ev.A, Q - V[:, None], **tol)
+    np.testing.assert_allclose(ev.J, J, **tol)
+
+
+def test_rational_oracle_sparse_file_form():
+    """A (tiny) sparse turn-taking MDP goes through the same exact path."""
+    mdp = random_mdp(4, 2, 3, layout="turn", sparse=True, successors=2, seed=3)
+    pol = TeamPolicy.random(mdp, 7)
+    V, d, Q, J = oracle(mdp, pol)
+    ev = evaluate(mdp, pol)
+    np.testing.assert_allclose(ev.V, V, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ev.d, d, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ev.Q, Q, rtol=1e-12, atol=1e-12)
+
+
+# ----------------------------------------------------------- hypothesis identities
+mdp_params = st.fixed_dictionaries(dict(
+    layout=st.sampled_from(LAYOUTS),
+    S=st.integers(1, 12),
+    n=st.integers(1, 3),
+    A=st.integers(1, 3),
+    gamma=st.sampled_from([0.1, 0.5, 0.9, 0.99]),
+    seed=st.integers(0, 10_000),
+    successors=st.sampled_from([None, 1, 2]),
+))
+
+
+def make(p):
+    return random_mdp(p["S"], p["n"], p["A"], layout=p["layout"], gamma=p["gamma"],
+                      seed=p["seed"], successors=p["successors"])
+
+
+@given(mdp_params, st.integers(0, 10_000), st.sampled_from([0.0, 1.0, 5.0]))
+def test_occupancy_is_distribution(p, pseed, temp):
+    mdp = make(p)
+    ev = evaluate(mdp, TeamPolicy.random(mdp, pseed, temperature=temp))
+    assert np.all(ev.d >= 0)
+    assert abs(ev.d.sum() - 1) < 1e-10
+    # d is the fixed point d = (1−γ)ρ0 + γ P_πᵀ d
+    P_pi, _ = collapse(mdp, ev.pi)
+    np.testing.assert_allclose(ev.d, (1 - mdp.gamma) * mdp.rho0 + mdp.gamma * P_pi.T @ ev.d,
+                               atol=1e-10)
+
+
+@given(mdp_params, st.integers(0, 10_000), st.integers(0, 10_000))
+def test_performance_difference_identity(p, s1, s2):
+    """J(π') − J(π) = 1/(1−γ) E_{s∼d^π'} E_{a∼π'} A^π(s,a)  (THEORY §2)."""
+    mdp = make(p)
+    pi, pi2 = TeamPolicy.random(mdp, s1, temperature=2.0), TeamPolicy.random(mdp, s2)
+    ev, ev2 = evaluate(mdp, pi), evaluate(mdp, pi2)
+    rhs = ev2.d @ expected_advantage(ev2.pi, ev.A) / (1 - mdp.gamma)
+    scale = 1 + np.abs(mdp.R).max() / (1 - mdp.gamma)
+    assert abs((ev2.J - ev.J) - rhs) <= 1e-9 * scale
+
+
+@given(mdp_params, st.integers(0, 10_000))
+def test_bellman_and_advantage_identities(p, pseed):
+    """V = r_π + γP_πV (residual ~0), E_{a∼π} A^π(s,a) = 0, J = ρ0ᵀV = (1−γ)^{-1} dᵀ r_π."""
+    mdp = make(p)
+    ev = evaluate(mdp, TeamPolicy.random(mdp, pseed))
+    scale = 1 + np.abs(mdp.R).max() / (1 - mdp.gamma)
+    assert bellman_residual(mdp, ev.pi, ev.V) <= 1e-10 * scale
+    assert np.abs(expected_advantage(ev.pi, ev.A)).max() <= 1e-10 * scale
+    assert abs(ev.J - ev.d @ ev.r_pi / (1 - mdp.gamma)) <= 1e-10 * scale
+    assert ev.A_max >= 0
+
+
+def test_joint_array_input_equals_policy_input():
+    mdp = random_mdp(6, 2, 2, layout="masked", seed=4)
+    pol = TeamPolicy.random(mdp, 1)
+    a, b = evaluate(mdp, pol), evaluate(mdp, joint_policy(mdp, pol))
+    np.testing.assert_array_equal(a.V, b.V)
+    np.testing.assert_array_equal(a.d, b.d)
+
+
+def test_deterministic():
+    """Same seed, same numbers, bit for bit."""
+    vals = [evaluate(m, TeamPolicy.random(m, 3)) for m in
+            (random_mdp(30, 3, 2, layout="masked", seed=9), random_mdp(30, 3, 2, layout="masked", seed=9))]
+    np.testing.assert_array_equal(vals[0].V, vals[1].V)
+    np.testing.assert_array_equal(vals[0].d, vals[1].d)
+
+
+# ------------------------------------------------------------ batched == looped
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_evaluate_many_equals_loop(layout):
+    mdp = random_mdp(25, 3, 2, layout=layout, seed=11)
+    pols = [TeamPolicy.random(mdp, s, temperature=t) for s, t in [(0, 1.0), (1, 3.0), (2, 0.0)]]
+    batch = evaluate_many(mdp, pols)
+    assert batch.V.shape == (3, 25) and batch.Q.shape == (3, 25, mdp.n_joint)
+    for b, pol in enumerate(pols):
+        ev = evaluate(mdp, pol)
+        np.testing.assert_allclose(batch.V[b], ev.V, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(batch.d[b], ev.d, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(batch.Q[b], ev.Q, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(batch.A[b], ev.A, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(batch.J[b], ev.J, rtol=1e-12, atol=1e-12)
+    # a (B, S, K) joint array is accepted too
+    again = evaluate_many(mdp, batch.pi)
+    np.testing.assert_array_equal(again.V, batch.V)
+
+
+def test_evaluate_many_sparse_equals_loop():
+    mdp = random_mdp(40, 2, 3, layout="turn", sparse=True, seed=2)
+    pols = [TeamPolicy.random(mdp, s) for s in range(3)]
+    batch = evaluate_many(mdp, pols)
+    for b, pol in enumerate(pols):
+        np.testing.assert_allclose(batch.V[b], evaluate(mdp, pol).V, rtol=1e-12, atol=1e-12)
+
+
+# ------------------------------------------------------------- sparse == dense
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("gamma", [0.9, 0.99])
+def test_krylov_equals_dense(seed, gamma):
+    """Force the Krylov path on a small sparse MDP and compare with the dense LU."""
+    mdp = random_mdp(200, 3, 4, layout="turn", sparse=True, successors=5, gamma=gamma, seed=seed)
+    pol = TeamPolicy.random(mdp, seed)
+    kr = evaluate(mdp, pol, method="krylov", tol=1e-12)
+    de = evaluate(mdp.to_dense(), pol)
+    assert kr.residual <= 1e-12
+    scale = 1 / (1 - gamma)
+    np.testing.assert_allclose(kr.V, de.V, atol=1e-10 * scale)
+    np.testing.assert_allclose(kr.d, de.d, atol=1e-10)
+    np.testing.assert_allclose(kr.Q, de.Q, atol=1e-10 * scale)
+    assert abs(kr.J - de.J) <= 1e-10 * scale
+
+
+def test_dense_mdp_forced_krylov_and_sparse_forced_dense():
+    dense = random_mdp(30, 2, 2, layout="turn", successors=3, seed=5)
+    pol = TeamPolicy.random(dense, 0)
+    a = evaluate(dense, pol, method="krylov", tol=1e-12)
+    b = evaluate(dense.to_sparse(), pol, method="dense")
+    np.testing.assert_allclose(a.V, b.V, atol=1e-10)
+    np.testing.assert_allclose(a.d, b.d, atol=1e-10)
+
+
+def test_auto_sparse_path_large():
+    """Above SPARSE_MIN_STATES the automatic path is Krylov: check it to its own residual."""
+    from sat_theory.evaluate import SPARSE_MIN_STATES
+
+    S = SPARSE_MIN_STATES + 100
+    mdp = random_mdp(S, 4, 3, layout="turn", sparse=True, successors=5, seed=0)
+    pol = TeamPolicy.random(mdp, 0)
+    ev = evaluate(mdp, pol, tol=1e-10)
+    assert 0 < ev.residual <= 1e-10  # a Krylov solve reports a non-zero residual
+    assert bellman_residual(mdp, ev.pi, ev.V) <= 1e-10
+    assert abs(ev.d.sum() - 1) < 1e-8 and ev.d.min() >= 0
+    P_pi, _ = collapse(mdp, ev.pi)
+    fixed = (1 - mdp.gamma) * mdp.rho0 + mdp.gamma * (P_pi.T @ ev.d)
+    assert np.abs(fixed - ev.d).max() <= 1e-9
+
+
+def test_unknown_method():
+    mdp = random_mdp(3, 1, 2, seed=0)
+    with pytest.raises(ValueError, match="unknown evaluation method"):
+        evaluate(mdp, TeamPolicy.uniform(mdp), method="magic")
