@@ -1,0 +1,540 @@
+"""Plotting for run logs and study tables: the figures of ``sat figures`` and ``sat plot``.
+
+Every function here draws from data on disk — a run's ``metrics.jsonl`` (and ``config.json``)
+or a pandas frame read from a study's CSV — never from live objects, so the same functions
+draw tabular and LLM runs.
+
+``metrics.jsonl`` (issue 4): one JSON object per line with a ``kind`` field:
+
+- ``"step"``: stage, step, agent, rollout_id, beta, kl (δ̂), kl_max, surrogate (L̂), and where
+  the backend can compute them the exact ``L_seq``, ``L_stale``, ``delta``, ``true_gain``;
+  ζ̂ proxies, clip fractions, backtracks, rejected;
+- ``"stage"``: stage, order, J_before, J_after, true_improvement, lower_bound, the empirical
+  certificate (sampled mode) and the tighter ladder.
+
+One color per method across every figure (:data:`METHOD_COLORS`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from contextlib import contextmanager
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never open a window
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+__all__ = ["METHOD_COLORS", "METHOD_LABELS", "BOUND_COLORS", "BOUND_LABELS", "paper_style",
+           "save_figure", "method_color", "read_metrics", "read_config", "load_runs",
+           "spearman", "plot_training_curves", "plot_kl_distribution",
+           "plot_certificate_tracking", "plot_certificate_vs_improvement", "plot_stale_gap",
+           "plot_n_scaling", "plot_violation_rate", "plot_certificate_ladder",
+           "plot_order_sensitivity", "plot_is_degeneracy", "plot_plug_and_play", "plot_run"]
+
+#: one color per method, shared by every figure (colorblind-safe Okabe–Ito palette)
+METHOD_COLORS = {
+    "sat": "#0072B2",     # blue
+    "naive": "#D55E00",   # vermillion
+    "joint": "#009E73",   # green
+    "no-tr": "#CC79A7",   # purple
+    "happo": "#E69F00",   # orange
+    # plug-and-play strategies
+    "stage0": "#0072B2",
+    "direct": "#D55E00",
+    "retrain": "#7f7f7f",
+}
+METHOD_LABELS = {"sat": "SAT / TeamTR", "naive": "naive sequential", "joint": "joint update",
+                 "no-tr": "no trust region", "happo": "HAPPO", "stage0": "Stage-0 aligned swap",
+                 "direct": "direct swap", "retrain": "retrain from scratch"}
+
+#: the certificate ladder: the papers' forms, then this project's tighter rungs (THEORY §4)
+BOUND_COLORS = {"true_improvement": "#000000", "lower_bound_stale": "#D55E00",
+                "lower_bound_max": "#E69F00", "lower_bound": "#0072B2",
+                "lower_bound_fnorm": "#56B4E9", "lower_bound_tv": "#009E73"}
+BOUND_LABELS = {"true_improvement": "true improvement J(π̄)−J(π_cur)",
+                "lower_bound_stale": "stale bound (TeamTR Prop. 3.3)",
+                "lower_bound_max": "SAT Thm 4.4 (max-KL)",
+                "lower_bound": "TeamTR Thm 3.6 (expected KL)",
+                "lower_bound_fnorm": "tighter: ‖f_i‖∞ for A_max",
+                "lower_bound_tv": "tighter: ‖f_i‖∞ and exact TV"}
+
+_FALLBACK = ["#56B4E9", "#F0E442", "#000000", "#8c564b", "#bcbd22", "#17becf"]
+
+
+def method_color(method: str) -> str:
+    """The method's color; unknown labels get a stable color from a fallback list."""
+    if method in METHOD_COLORS:
+        return METHOD_COLORS[method]
+    return _FALLBACK[sum(map(ord, str(method))) % len(_FALLBACK)]
+
+
+def method_label(method: str) -> str:
+    return METHOD_LABELS.get(method, str(method))
+
+
+@contextmanager
+def paper_style():
+    """Readable fonts, light grid, no top/right spines."""
+    rc = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 9,
+          "xtick.labelsize": 10, "ytick.labelsize": 10, "axes.grid": True, "grid.alpha": 0.3,
+          "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 110,
+          "savefig.dpi": 150, "savefig.bbox": "tight", "lines.linewidth": 1.8,
+          "pdf.fonttype": 42}
+    with plt.rc_context(rc):
+        yield
+
+
+def save_figure(fig, out: Path | str, name: str) -> list[Path]:
+    """Write ``name.png`` and ``name.pdf`` under ``out``; close the figure."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.png", out / f"{name}.pdf"]
+    for p in paths:
+        fig.savefig(p, metadata={"CreationDate": None} if p.suffix == ".pdf" else None)
+    plt.close(fig)
+    return paths
+
+
+# ------------------------------------------------------------------ reading run logs
+def _float(x):
+    """Strict-JSON non-finite strings back to floats."""
+    if isinstance(x, str) and x in ("NaN", "Infinity", "-Infinity"):
+        return float(x)
+    return x
+
+
+def read_metrics(path: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(steps, stages)`` frames from one ``metrics.jsonl`` (records of other kinds are
+    ignored). Stage records keep ``order`` as a list."""
+    steps, stages = [], []
+    with open(path) as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            rec = {k: _float(v) for k, v in json.loads(line).items()}
+            kind = rec.get("kind")
+            if kind == "step":
+                steps.append(rec)
+            elif kind == "stage":
+                stages.append(rec)
+    return pd.DataFrame(steps), pd.DataFrame(stages)
+
+
+def read_config(run_dir: Path | str) -> dict:
+    p = Path(run_dir) / "config.json"
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+def _flat(cfg: dict, key: str):
+    """``cfg[key]`` looked up at the top level or one level down (nested config sections)."""
+    if key in cfg:
+        return cfg[key]
+    for v in cfg.values():
+        if isinstance(v, dict) and key in v:
+            return v[key]
+    return None
+
+
+def load_runs(run_dirs, labels: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Concatenate the ``metrics.jsonl`` of several run directories.
+
+    Adds columns ``run`` (directory name), ``method`` and ``seed`` (from ``config.json``,
+    or ``labels[run_dir]`` = ``(method, seed)`` when given).
+    """
+    all_steps, all_stages = [], []
+    for rd in run_dirs:
+        rd = Path(rd)
+        cfg = read_config(rd)
+        if labels and str(rd) in labels:
+            method, seed = labels[str(rd)]
+        else:
+            method, seed = _flat(cfg, "method"), _flat(cfg, "seed")
+        steps, stages = read_metrics(rd / "metrics.jsonl")
+        for df in (steps, stages):
+            df["run"] = rd.name
+            df["method"] = method if method is not None else rd.name
+            df["seed"] = seed if seed is not None else 0
+        all_steps.append(steps)
+        all_stages.append(stages)
+    return (pd.concat(all_steps, ignore_index=True) if all_steps else pd.DataFrame(),
+            pd.concat(all_stages, ignore_index=True) if all_stages else pd.DataFrame())
+
+
+def spearman(x, y) -> float:
+    """Spearman rank correlation (average ranks for ties); nan for fewer than 3 points."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) < 3:
+        return math.nan
+    rx, ry = pd.Series(x).rank().to_numpy(), pd.Series(y).rank().to_numpy()
+    if rx.std() == 0 or ry.std() == 0:
+        return math.nan
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def _methods_in(df: pd.DataFrame) -> list[str]:
+    order = list(METHOD_COLORS)
+    ms = list(dict.fromkeys(df["method"]))
+    return sorted(ms, key=lambda m: (order.index(m) if m in order else len(order), str(m)))
+
+
+def _mean_std(ax, x, Y, color, label, marker=None):
+    """Mean line with a ±1 std band over the rows of Y (seeds × points)."""
+    Y = np.atleast_2d(np.asarray(Y, float))
+    m = np.nanmean(Y, axis=0)
+    s = np.nanstd(Y, axis=0) if Y.shape[0] > 1 else np.zeros_like(m)
+    ax.plot(x, m, color=color, label=label, marker=marker, ms=4)
+    ax.fill_between(x, m - s, m + s, color=color, alpha=0.18, lw=0)
+
+
+# ------------------------------------------------------------------ run-log figures
+def plot_training_curves(stages: pd.DataFrame, *, x: str = "stage", ax=None,
+                         title: str | None = None, ylabel: str = "team return J (exact)"):
+    """TeamTR Fig. 3: J after each stage, mean ± std over seeds, one line per method.
+
+    ``x`` is a stage-record column (``stage``, or a rollout count for matched budgets); stage
+    0's ``J_before`` is drawn as the starting point.
+    """
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 4))
+    for m in _methods_in(stages):
+        d = stages[stages.method == m]
+        curves = []
+        for _, g in d.groupby("seed"):
+            g = g.sort_values("stage")
+            xs = np.concatenate([[0 if x == "stage" else 0.0], g[x].to_numpy(float) + (1 if x == "stage" else 0)])
+            ys = np.concatenate([[g["J_before"].iloc[0]], g["J_after"].to_numpy(float)])
+            curves.append((xs, ys))
+        L = min(len(c[1]) for c in curves)
+        xs = curves[0][0][:L]
+        _mean_std(ax, xs, [c[1][:L] for c in curves], method_color(m),
+                  f"{method_label(m)} (n={len(curves)})")
+    ax.set_xlabel("stage" if x == "stage" else x.replace("_", " "))
+    ax.set_ylabel(ylabel)
+    ax.legend(frameon=False)
+    if title:
+        ax.set_title(title)
+    return fig or ax.figure
+
+
+def plot_kl_distribution(steps: pd.DataFrame, delta: float | None = None, *, ax=None,
+                         kl_col: str = "kl", title: str | None = None):
+    """TeamTR Fig. 4a: per-update KL (δ̂) per method, δ marked, out-of-region rate on top.
+
+    Out-of-region rate: fraction of updates with ``kl > δ`` (``delta`` column of the steps
+    when present per row, else the ``delta`` argument)."""
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 4))
+    methods = _methods_in(steps)
+    rng = np.random.default_rng(0)  # horizontal jitter only; deterministic
+    for k, m in enumerate(methods):
+        v = steps.loc[steps.method == m, kl_col].to_numpy(float)
+        v = v[np.isfinite(v)]
+        if v.size == 0:
+            continue
+        pos = np.maximum(v, 1e-12)
+        parts = ax.violinplot([np.log10(pos)], positions=[k], widths=0.8, showextrema=False)
+        for b in parts["bodies"]:
+            b.set_facecolor(method_color(m))
+            b.set_alpha(0.35)
+        ax.scatter(k + rng.uniform(-0.15, 0.15, v.size), np.log10(pos), s=6,
+                   color=method_color(m), alpha=0.6, lw=0)
+        lim = delta
+        if "delta_target" in steps.columns:
+            lim = steps.loc[steps.method == m, "delta_target"].to_numpy(float)
+        if lim is not None:
+            rate = float(np.mean(v > np.asarray(lim)[: v.size] if np.ndim(lim) else v > lim))
+            ax.annotate(f"{100 * rate:.0f}% out", (k, 1.0), xycoords=("data", "axes fraction"),
+                        ha="center", va="bottom", fontsize=9)
+    if delta is not None:
+        ax.axhline(np.log10(delta), color="red", ls="--", lw=1.2, label=f"δ = {delta:g}")
+        ax.legend(frameon=False, loc="lower right")
+    ax.set_xticks(range(len(methods)), [method_label(m) for m in methods], rotation=15)
+    ax.set_ylabel("log10 per-update KL (nats)")
+    if title:
+        ax.set_title(title, pad=16)
+    return fig or ax.figure
+
+
+def plot_certificate_tracking(stages: pd.DataFrame, *, ax=None, bound_col: str = "lower_bound",
+                              title: str | None = None):
+    """TeamTR Fig. 4b: cumulative true improvement vs cumulative certified lower bound per
+    method (mean over seeds)."""
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 4))
+    for m in _methods_in(stages):
+        d = stages[stages.method == m]
+        tru, lb = [], []
+        for _, g in d.groupby("seed"):
+            g = g.sort_values("stage")
+            tru.append(g["true_improvement"].cumsum().to_numpy(float))
+            lb.append(g[bound_col].cumsum().to_numpy(float))
+        L = min(map(len, tru))
+        xs = np.arange(1, L + 1)
+        c = method_color(m)
+        _mean_std(ax, xs, [t[:L] for t in tru], c, f"{method_label(m)}: measured")
+        _mean_std(ax, xs, [t[:L] for t in lb], c, f"{method_label(m)}: certificate")
+        ax.lines[-1].set_linestyle("--")
+    ax.set_xlabel("stage")
+    ax.set_ylabel("cumulative improvement of J")
+    ax.set_yscale("symlog", linthresh=_linthresh(stages, ["true_improvement"]))
+    ax.legend(frameon=False, fontsize=8)
+    if title:
+        ax.set_title(title)
+    return fig or ax.figure
+
+
+def _linthresh(df, cols) -> float:
+    v = np.abs(np.concatenate([df[c].to_numpy(float) for c in cols if c in df]))
+    v = v[np.isfinite(v) & (v > 0)]
+    return float(np.quantile(v, 0.5)) if v.size else 1.0
+
+
+def plot_certificate_vs_improvement(stages: pd.DataFrame, *, ax=None,
+                                    bound_col: str = "lower_bound", title: str | None = None):
+    """TeamTR Fig. 4c: per-stage certificate vs measured improvement, with the Spearman rank
+    correlation and the violation rate (fraction of stages where certificate > measured)."""
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(5, 4.5))
+    lo, hi = np.inf, -np.inf
+    for m in _methods_in(stages):
+        d = stages[stages.method == m]
+        x, y = d[bound_col].to_numpy(float), d["true_improvement"].to_numpy(float)
+        rho = spearman(x, y)
+        viol = float(np.mean(x > y)) if len(x) else math.nan
+        ax.scatter(x, y, s=14, color=method_color(m), alpha=0.7,
+                   label=f"{method_label(m)}: ρ={rho:.2f}, viol.={100 * viol:.0f}%")
+        lo, hi = min(lo, x.min(), y.min()), max(hi, x.max(), y.max())
+    if np.isfinite(lo):
+        ax.plot([lo, hi], [lo, hi], color="k", lw=1, ls=":", label="certificate = measured")
+    ax.set_xscale("symlog", linthresh=_linthresh(stages, ["true_improvement"]))
+    ax.set_xlabel("per-stage certificate (lower bound)")
+    ax.set_ylabel("per-stage measured improvement of J")
+    ax.legend(frameon=False, fontsize=8)
+    if title:
+        ax.set_title(title)
+    return fig or ax.figure
+
+
+def plot_stale_gap(steps: pd.DataFrame, *, within: tuple[int, ...] = (2, 3), ax=None,
+                   title: str | None = None):
+    """TeamTR Fig. 2: ``Gap_i = |L_i^stale − L_i^seq|`` per stage for within-stage steps
+    ``i`` in ``within`` (1-based), per method; mean ± std over seeds."""
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 4))
+    styles = ["-", "--", ":", "-."]
+    df = steps.copy()
+    df["gap"] = (df["L_stale"] - df["L_seq"]).abs()
+    for m in _methods_in(df):
+        for k, i in enumerate(within):
+            d = df[(df.method == m) & (df.step == i)]
+            if d.empty:
+                continue
+            piv = d.pivot_table(index="seed", columns="stage", values="gap")
+            _mean_std(ax, piv.columns.to_numpy(), piv.to_numpy(), method_color(m),
+                      f"{method_label(m)}, i={i}")
+            ax.lines[-1].set_linestyle(styles[k % len(styles)])
+    ax.set_yscale("log")
+    ax.set_xlabel("stage")
+    ax.set_ylabel("|L̂_stale − L̂_inter|  (return units)")
+    ax.legend(frameon=False, fontsize=8)
+    if title:
+        ax.set_title(title)
+    return fig or ax.figure
+
+
+# ------------------------------------------------------------------ study-table figures
+def plot_n_scaling(df: pd.DataFrame, fits: pd.DataFrame, metrics: list[str],
+                   metric_labels: dict[str, str], layout_labels: dict[str, str]):
+    """TeamTR Table 5 as a figure: log-log metric vs team size ``n`` per method, with the
+    fitted power law (exponent α in the legend) and the analytic penalty shapes.
+
+    ``df``: columns layout, method, metric, n, mean, std. ``fits``: layout, method, metric,
+    exponent, prefactor. Rows with method ``analytic`` are drawn as grey reference lines.
+    """
+    layouts = [x for x in layout_labels if x in set(df.layout)]
+    layouts += [x for x in dict.fromkeys(df.layout) if x not in layouts]
+    fig, axes = plt.subplots(len(layouts), len(metrics), figsize=(4.3 * len(metrics), 3.6 * len(layouts)),
+                             squeeze=False)
+    for r, lay in enumerate(layouts):
+        for c, met in enumerate(metrics):
+            ax = axes[r, c]
+            d = df[(df.layout == lay) & (df.metric == met)]
+            for m in [x for x in _methods_in(d) if x != "analytic"]:
+                g = d[d.method == m].sort_values("n")
+                f = fits[(fits.layout == lay) & (fits.method == m) & (fits.metric == met)]
+                alpha = float(f.exponent.iloc[0]) if len(f) else math.nan
+                # ±std, the lower bar clipped above 0 so it stays drawable on a log axis
+                lower = np.minimum(g["std"], 0.95 * g["mean"])
+                ax.errorbar(g.n, g["mean"], yerr=[lower, g["std"]], color=method_color(m), marker="o",
+                            ms=4, lw=0, elinewidth=1, capsize=2,
+                            label=f"{method_label(m)}: α = {alpha:.2f}")
+                if len(f) and np.isfinite(alpha):
+                    xs = np.linspace(g.n.min(), g.n.max(), 50)
+                    ax.plot(xs, float(f.prefactor.iloc[0]) * xs ** alpha, color=method_color(m), lw=1.2)
+            for k, (name, shape) in enumerate((("n√δ", lambda n: n),
+                                               ("n(n+1)/2·√δ", lambda n: n * (n + 1) / 2))):
+                g = d[d.method != "analytic"]
+                if g.empty:
+                    continue
+                n0 = g.n.min()
+                y0 = g[g.n == n0]["mean"].max()
+                xs = np.linspace(g.n.min(), g.n.max(), 50)
+                ax.plot(xs, y0 * shape(xs) / shape(n0), color="0.5", lw=1,
+                        ls=["--", ":"][k], label=f"∝ {name} (through n={n0:g})")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ns = sorted(d.n.unique())
+            ax.set_xticks(ns, [f"{x:g}" for x in ns])
+            ax.minorticks_off()
+            ax.set_xlabel("team size n (agents)")
+            ax.set_ylabel(metric_labels.get(met, met))
+            ax.set_title(f"{layout_labels.get(lay, lay)}", fontsize=10)
+            ax.legend(frameon=False, fontsize=7.5)
+    fig.tight_layout()
+    return fig
+
+
+def plot_violation_rate(df: pd.DataFrame, fit: dict, *, ax=None):
+    """SAT Fig. 1c: fraction of states with per-state KL > δ, against δ, with the fitted
+    ``c·√δ`` curve (and the free power law). ``df``: delta, mean, std, weighting."""
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(5.5, 4))
+    for k, (w, g) in enumerate(df.groupby("weighting", sort=False)):
+        g = g.sort_values("delta")
+        col = ["#0072B2", "#009E73"][k % 2]
+        ax.errorbar(g.delta, g["mean"], yerr=g["std"], marker="o", ms=4, color=col, capsize=2,
+                    label=f"measured ({w})")
+        f = fit.get(w)
+        if f:
+            xs = np.geomspace(g.delta.min(), g.delta.max(), 60)
+            ax.plot(xs, f["c_sqrt"] * np.sqrt(xs), color=col, ls="--", lw=1.2,
+                    label=f"fit c·√δ, c = {f['c_sqrt']:.2f}")
+            ax.plot(xs, f["prefactor"] * xs ** f["exponent"], color=col, ls=":", lw=1.2,
+                    label=f"fit C·δ^α, α = {f['exponent']:.2f}")
+    ax.set_xscale("log")
+    ax.set_xlabel("trust-region radius δ (expected KL, nats)")
+    ax.set_ylabel("fraction of states with KL_s > δ")
+    ax.legend(frameon=False, fontsize=8)
+    return fig or ax.figure
+
+
+def plot_certificate_ladder(df: pd.DataFrame, *, ax=None):
+    """Certificate ladder vs δ: the papers' bounds, the tighter rungs (THEORY §4) and the true
+    improvement. ``df``: delta, quantity, mean, std (quantity ∈ BOUND_COLORS)."""
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.5, 4.3))
+    for q in BOUND_COLORS:
+        g = df[df.quantity == q].sort_values("delta")
+        if g.empty:
+            continue
+        ax.errorbar(g.delta, g["mean"], yerr=g["std"], color=BOUND_COLORS[q], marker="o", ms=3.5,
+                    capsize=2, lw=2.4 if q == "true_improvement" else 1.5, label=BOUND_LABELS[q])
+    ax.axhline(0, color="k", lw=0.6)
+    ax.set_xscale("log")
+    ax.set_yscale("symlog", linthresh=_linthresh(df[df.quantity == "true_improvement"], ["mean"]))
+    ax.set_xlabel("per-agent trust-region radius δ (nats)")
+    ax.set_ylabel("stage improvement / lower bound (return units)")
+    ax.legend(frameon=False, fontsize=8)
+    return fig or ax.figure
+
+
+def plot_order_sensitivity(df: pd.DataFrame, *, ax=None):
+    """Certified bound and true improvement per update order. ``df``: instance, order_kind,
+    lower_bound, true_improvement (several rows per kind when it is random/permutation)."""
+    fig = None
+    if ax is None:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    kinds = list(dict.fromkeys(df.order_kind))
+    palette = {"fixed": "#0072B2", "reverse": "#E69F00", "random": "#7f7f7f",
+               "greedy": "#009E73", "all permutations": "#CCCCCC"}
+    for ax_, col, lab in ((axes[0], "lower_bound", "certified lower bound (TeamTR Thm 3.6)"),
+                          (axes[1], "true_improvement", "true improvement J(π̄)−J(π_cur)")):
+        for inst, g in df.groupby("instance"):
+            base = g[g.order_kind == "fixed"][col].mean()
+            for k, kind in enumerate(kinds):
+                v = g[g.order_kind == kind][col].to_numpy(float) - base
+                ax_.scatter(np.full(v.size, inst) + (k - len(kinds) / 2) * 0.12, v, s=12,
+                            color=palette.get(kind, "k"), label=kind if inst == df.instance.min() else None)
+        ax_.axhline(0, color="k", lw=0.6)
+        ax_.set_xlabel("instance (random MDP / stage)")
+        ax_.set_ylabel(f"{lab}\nminus the fixed order's")
+        ax_.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    axes[0].legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_is_degeneracy(df: pd.DataFrame):
+    """TeamTR Table 10 as a figure: exact ESS/B and weight quantiles by within-stage step i.
+    ``df``: n, delta, step, ess_over_B, p95, p99, max_w."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for (n, delta), g in df.groupby(["n", "delta"]):
+        g = g.sort_values("step")
+        ls = "-" if n == df.n.min() else "--"
+        lab = f"n={n}, δ={delta:g}"
+        axes[0].plot(g.step, g.ess_over_B, marker="o", ls=ls, label=lab)
+        axes[1].plot(g.step, g.p99, marker="o", ls=ls, label=lab)
+    axes[0].set_ylabel("exact ESS / B")
+    axes[0].set_ylim(0, 1.05)
+    axes[1].set_ylabel("P99 of the weight w (Monte Carlo)")
+    axes[1].set_yscale("log")
+    for ax in axes:
+        ax.set_xlabel("within-stage step i (|U_{i−1}| = i−1 updated agents)")
+        ax.legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_plug_and_play(df: pd.DataFrame, swap_stage: int, *, ax=None, ylabel="team return J (exact)"):
+    """TeamTR Fig. 6: J over stages for the direct / Stage-0 / retrain strategies (mean ± std
+    over seeds), the swap stage marked. ``df``: strategy, seed, stage, J."""
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 4))
+    for s in dict.fromkeys(df.strategy):
+        piv = df[df.strategy == s].pivot_table(index="seed", columns="stage", values="J")
+        _mean_std(ax, piv.columns.to_numpy(), piv.to_numpy(), method_color(s), method_label(s))
+    ax.axvline(swap_stage, color="k", ls=":", lw=1, label=f"swap at stage {swap_stage}")
+    ax.set_xlabel("stage")
+    ax.set_ylabel(ylabel)
+    ax.legend(frameon=False)
+    return fig or ax.figure
+
+
+# ------------------------------------------------------------------ one run directory
+def plot_run(run_dir: Path | str, out: Path | str | None = None) -> list[Path]:
+    """``sat plot RUN_DIR``: the run-log figures of one run, written to ``out`` (default
+    ``RUN_DIR/plots``). Figures whose columns the log lacks are skipped."""
+    run_dir = Path(run_dir)
+    out = Path(out) if out is not None else run_dir / "plots"
+    steps, stages = load_runs([run_dir])
+    cfg = read_config(run_dir)
+    delta = _flat(cfg, "delta")
+    written = []
+    with paper_style():
+        if not stages.empty and {"J_before", "J_after"} <= set(stages.columns):
+            written += save_figure(plot_training_curves(stages), out, "training_curve")
+        if not steps.empty and "kl" in steps.columns:
+            written += save_figure(plot_kl_distribution(
+                steps, float(delta) if isinstance(delta, int | float) else None), out, "kl_distribution")
+        if not stages.empty and {"true_improvement", "lower_bound"} <= set(stages.columns):
+            written += save_figure(plot_certificate_tracking(stages), out, "certificate_tracking")
+            written += save_figure(plot_certificate_vs_improvement(stages), out,
+                                   "certificate_vs_improvement")
+        if not steps.empty and {"L_seq", "L_stale"} <= set(steps.columns) and steps.step.max() >= 2:
+            within = tuple(i for i in (2, 3) if i <= steps.step.max())
+            written += save_figure(plot_stale_gap(steps, within=within), out, "stale_gap")
+    return written
