@@ -41,28 +41,44 @@ from .errors import SUM_TOL, InputError
 
 __all__ = ["FactorizedMDP", "check_distribution_rows"]
 
+#: Rows already this close to summing to 1 (and non-negative) are kept as they are:
+#: renormalising them again would only move entries by an ulp and break bit-exact round trips.
+RENORM_TOL = 1e-12
 
-def check_distribution_rows(x: np.ndarray, what: str, axis: int = -1) -> np.ndarray:
+
+def check_distribution_rows(x: np.ndarray, what: str, axis: int = -1, *,
+                            copy: bool = True) -> np.ndarray:
     """Validate that ``x`` holds probability vectors along ``axis``; return them renormalised.
 
     Raises :class:`InputError` naming ``what`` if an entry is NaN/inf or below ``-SUM_TOL``,
-    or if a row sum differs from 1 by more than ``SUM_TOL``.
+    or if a row sum differs from 1 by more than ``SUM_TOL``. Rows that pass are clipped at 0
+    and divided by their sum, unless every entry is already ``>= 0`` and every row sum is
+    within ``RENORM_TOL`` of 1: then ``x`` is returned unchanged (a copy unless
+    ``copy=False``), so that a saved MDP or policy loads back bit for bit.
     """
     x = np.asarray(x, dtype=np.float64)
-    if not np.all(np.isfinite(x)):
+    if x.size == 0:
+        return x.copy() if copy else x
+    # Two passes over x instead of one per check: NaN/inf propagate into the min and the sums.
+    sums = x.sum(axis=axis, keepdims=True)
+    lo = x.min()
+    if not (np.isfinite(lo) and np.all(np.isfinite(sums))) and not np.all(np.isfinite(x)):
         raise InputError(f"{what} contains NaN or infinite entries")
-    if x.size and x.min() < -SUM_TOL:
+    if lo < -SUM_TOL:
         idx = np.unravel_index(np.argmin(x), x.shape)
         raise InputError(f"{what} has a negative entry {x[idx]:.3g} at index {tuple(map(int, idx))}")
-    sums = x.sum(axis=axis, keepdims=True)
-    bad = np.abs(sums - 1.0) > SUM_TOL
-    if np.any(bad):
-        idx = np.unravel_index(np.argmax(np.abs(sums - 1.0)), sums.shape)
+    dev = np.abs(sums - 1.0)
+    if dev.max() > SUM_TOL:
+        idx = np.unravel_index(np.argmax(dev), sums.shape)
         raise InputError(
             f"{what} does not sum to 1 along its last axis (sum {sums[idx]:.9g} at row "
             f"{tuple(int(i) for i, n in zip(idx, sums.shape) if n > 1)}; tolerance {SUM_TOL:g})"
         )
-    return np.clip(x, 0.0, None) / np.clip(x, 0.0, None).sum(axis=axis, keepdims=True)
+    if lo >= 0.0 and dev.max() <= RENORM_TOL:
+        return x.copy() if copy else x
+    y = np.clip(x, 0.0, None)
+    y /= y.sum(axis=axis, keepdims=True)
+    return y
 
 
 def _check_gamma(gamma) -> float:
@@ -98,8 +114,10 @@ def _check_csr(P: sp.spmatrix, n_rows: int, n_states: int, what: str) -> sp.csr_
         raise InputError(
             f"{what} row {int(bad[0])} sums to {sums[bad[0]]:.9g}, not 1 (tolerance {SUM_TOL:g})"
         )
-    P = sp.diags(1.0 / sums) @ P
-    return sp.csr_matrix(P)
+    if np.abs(sums - 1.0).max(initial=0.0) <= RENORM_TOL:
+        return P  # already normalised: keep bit-exact round trips
+    P.data /= np.repeat(sums, np.diff(P.indptr))
+    return P
 
 
 @dataclass(frozen=True, eq=False)
