@@ -72,7 +72,7 @@ def check_distribution_rows(x: np.ndarray, what: str, axis: int = -1, *,
         idx = np.unravel_index(np.argmax(dev), sums.shape)
         raise InputError(
             f"{what} does not sum to 1 along its last axis (sum {sums[idx]:.9g} at row "
-            f"{tuple(int(i) for i, n in zip(idx, sums.shape) if n > 1)}; tolerance {SUM_TOL:g})"
+            f"{tuple(int(i) for i, n in zip(idx, sums.shape, strict=True) if n > 1)}; tolerance {SUM_TOL:g})"
         )
     if lo >= 0.0 and dev.max() <= RENORM_TOL:
         return x.copy() if copy else x

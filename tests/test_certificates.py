@@ -93,7 +93,7 @@ def test_terms_match_naive(layout, order):
     cert = stage_certificate(mdp, cur, tar, order)
     ref, true = naive_terms(mdp, cur, tar, order)
     assert [s.agent for s in cert.steps] == list(order)
-    for got, want in zip(cert.steps, ref):
+    for got, want in zip(cert.steps, ref, strict=True):
         for key, val in want.items():
             assert getattr(got, key) == pytest.approx(val, rel=1e-10, abs=1e-12), key
     assert cert.true_improvement == pytest.approx(true, rel=1e-10, abs=1e-12)

@@ -28,7 +28,7 @@ def _solve_exact(M: list[list[Fraction]], b: list[Fraction]) -> list[Fraction]:
         for r in range(n):
             if r != c and A[r][c] != 0:
                 f = A[r][c]
-                A[r] = [x - f * y for x, y in zip(A[r], A[c])]
+                A[r] = [x - f * y for x, y in zip(A[r], A[c], strict=True)]
     return [A[i][n] for i in range(n)]
 
 
@@ -64,7 +64,7 @@ def oracle(mdp, pol):
     d = _solve_exact(MT, [(1 - g) * Fraction(x) for x in mdp.rho0])
     Q = [[Rq[s][k] + g * sum(Pq[s][k][t] * V[t] for t in range(S)) for k in range(K)]
          for s in range(S)]
-    J = sum(Fraction(x) * v for x, v in zip(mdp.rho0, V))
+    J = sum(Fraction(x) * v for x, v in zip(mdp.rho0, V, strict=True))
     return (np.array([float(v) for v in V]), np.array([float(x) for x in d]),
             np.array([[float(q) for q in row] for row in Q]), float(J))
 
