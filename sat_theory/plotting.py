@@ -227,8 +227,8 @@ def plot_kl_distribution(steps: pd.DataFrame, delta: float | None = None, *, ax=
                          kl_col: str = "kl", title: str | None = None):
     """TeamTR Fig. 4a: per-update KL (δ̂) per method, δ marked, out-of-region rate on top.
 
-    Out-of-region rate: fraction of updates with ``kl > δ`` (``delta`` column of the steps
-    when present per row, else the ``delta`` argument)."""
+    Out-of-region rate: fraction of updates with ``kl > δ`` (the ``delta`` argument, one line
+    for every method as in the paper; without it each step's own ``delta_i``)."""
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -246,11 +246,17 @@ def plot_kl_distribution(steps: pd.DataFrame, delta: float | None = None, *, ax=
             b.set_alpha(0.35)
         ax.scatter(k + rng.uniform(-0.15, 0.15, v.size), np.log10(pos), s=6,
                    color=method_color(m), alpha=0.6, lw=0)
-        lim = delta
-        if "delta_target" in steps.columns:
-            lim = steps.loc[steps.method == m, "delta_target"].to_numpy(float)
+        # the paper marks one δ for every method; without it use each step's own radius
+        if delta is not None:
+            lim = np.full(v.size, float(delta))
+        elif "delta_i" in steps.columns:
+            sel = steps.loc[steps.method == m, [kl_col, "delta_i"]].astype(float)
+            sel = sel[np.isfinite(sel[kl_col])]
+            v, lim = sel[kl_col].to_numpy(), sel["delta_i"].fillna(np.inf).to_numpy()
+        else:
+            lim = None
         if lim is not None:
-            rate = float(np.mean(v > np.asarray(lim)[: v.size] if np.ndim(lim) else v > lim))
+            rate = float(np.mean(v > lim))
             ax.annotate(f"{100 * rate:.0f}% out", (k, 1.0), xycoords=("data", "axes fraction"),
                         ha="center", va="bottom", fontsize=9)
     if delta is not None:
@@ -451,49 +457,68 @@ def plot_certificate_ladder(df: pd.DataFrame, *, ax=None):
     return fig or ax.figure
 
 
-def plot_order_sensitivity(df: pd.DataFrame, *, ax=None):
-    """Certified bound and true improvement per update order. ``df``: instance, order_kind,
-    lower_bound, true_improvement (several rows per kind when it is random/permutation)."""
-    fig = None
-    if ax is None:
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+def plot_order_sensitivity(df: pd.DataFrame):
+    """Certified bound and true improvement per update order, minus the fixed order's, per
+    instance. ``df``: targets, instance, order_kind, lower_bound, true_improvement (several
+    rows per kind for random orders / all permutations). One row of panels per ``targets``."""
     kinds = list(dict.fromkeys(df.order_kind))
     palette = {"fixed": "#0072B2", "reverse": "#E69F00", "random": "#7f7f7f",
-               "greedy": "#009E73", "all permutations": "#CCCCCC"}
-    for ax_, col, lab in ((axes[0], "lower_bound", "certified lower bound (TeamTR Thm 3.6)"),
-                          (axes[1], "true_improvement", "true improvement J(π̄)−J(π_cur)")):
-        for inst, g in df.groupby("instance"):
-            base = g[g.order_kind == "fixed"][col].mean()
-            for k, kind in enumerate(kinds):
-                v = g[g.order_kind == kind][col].to_numpy(float) - base
-                ax_.scatter(np.full(v.size, inst) + (k - len(kinds) / 2) * 0.12, v, s=12,
-                            color=palette.get(kind, "k"), label=kind if inst == df.instance.min() else None)
-        ax_.axhline(0, color="k", lw=0.6)
-        ax_.set_xlabel("instance (random MDP / stage)")
-        ax_.set_ylabel(f"{lab}\nminus the fixed order's")
-        ax_.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
-    axes[0].legend(frameon=False, fontsize=8)
+               "greedy": "#009E73", "all permutations": "#BBBBBB"}
+    groups = list(dict.fromkeys(df["targets"])) if "targets" in df else [None]
+    fig, axes = plt.subplots(len(groups), 2, figsize=(11, 3.6 * len(groups)), squeeze=False)
+    for r, tg in enumerate(groups):
+        sub = df if tg is None else df[df["targets"] == tg]
+        for ax, col, lab in ((axes[r, 0], "lower_bound", "certified lower bound (Thm 3.6)"),
+                             (axes[r, 1], "true_improvement", "true improvement")):
+            seen = set()
+            for inst, g in sub.groupby("instance"):
+                base = g[g.order_kind == "fixed"][col].mean()
+                for k, kind in enumerate(kinds):
+                    v = g[g.order_kind == kind][col].to_numpy(float) - base
+                    if v.size == 0:
+                        continue
+                    x = np.full(v.size, inst) + (k - (len(kinds) - 1) / 2) * 0.13
+                    ax.scatter(x, v, s=10 if kind == "all permutations" else 18,
+                               color=palette.get(kind, "k"), zorder=1 if kind == "all permutations" else 2,
+                               label=None if kind in seen else kind)
+                    seen.add(kind)
+            ax.axhline(0, color="k", lw=0.6)
+            ax.set_xlabel("instance (random MDP and start policy)")
+            ax.set_xticks(sorted(sub.instance.unique()))
+            ax.set_ylabel(f"{lab}\n− fixed order's (return units)", fontsize=9)
+            ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
+            if tg is not None:
+                ax.set_title(tg, fontsize=10)
+        axes[r, 0].legend(frameon=False, fontsize=8, ncol=2)
     fig.tight_layout()
     return fig
 
 
 def plot_is_degeneracy(df: pd.DataFrame):
-    """TeamTR Table 10 as a figure: exact ESS/B and weight quantiles by within-stage step i.
-    ``df``: n, delta, step, ess_over_B, p95, p99, max_w."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    """TeamTR Table 10 as a figure: ESS/B (exact, solid; from B sampled weights, crosses) and
+    the P99 weight by within-stage step i. ``df``: n, delta, step, ess_over_B,
+    ess_over_B_sampled, p99. One color per δ, one line style per n."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    deltas = sorted(df.delta.unique())
+    cols = dict(zip(deltas, ["#0072B2", "#E69F00", "#D55E00", "#009E73", "#CC79A7"]))
+    styles = dict(zip(sorted(df.n.unique()), ["-", "--", ":", "-."]))
     for (n, delta), g in df.groupby(["n", "delta"]):
         g = g.sort_values("step")
-        ls = "-" if n == df.n.min() else "--"
+        c, ls = cols[delta], styles[n]
         lab = f"n={n}, δ={delta:g}"
-        axes[0].plot(g.step, g.ess_over_B, marker="o", ls=ls, label=lab)
-        axes[1].plot(g.step, g.p99, marker="o", ls=ls, label=lab)
-    axes[0].set_ylabel("exact ESS / B")
-    axes[0].set_ylim(0, 1.05)
-    axes[1].set_ylabel("P99 of the weight w (Monte Carlo)")
+        axes[0].plot(g.step, g.ess_over_B, marker="o", ls=ls, color=c, label=lab + " (exact)")
+        if "ess_over_B_sampled" in g:
+            axes[0].scatter(g.step, g.ess_over_B_sampled, marker="x", color=c, s=30)
+        axes[1].plot(g.step, g.p99, marker="o", ls=ls, color=c, label=lab)
+    axes[0].scatter([], [], marker="x", color="k", label="ESS/B of the B sampled weights")
+    axes[0].set_ylabel("ESS / B")
+    axes[0].set_ylim(-0.02, 1.02)
+    axes[1].set_ylabel("P99 of the weight w (B sampled trajectories)")
     axes[1].set_yscale("log")
     for ax in axes:
-        ax.set_xlabel("within-stage step i (|U_{i−1}| = i−1 updated agents)")
-        ax.legend(frameon=False, fontsize=8)
+        ax.set_xlabel("within-stage step i  (i−1 agents already updated)")
+        ax.set_xticks(sorted(df.step.unique()))
+        ax.legend(frameon=False, fontsize=7.5)
     fig.tight_layout()
     return fig
 
