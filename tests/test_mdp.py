@@ -163,6 +163,19 @@ def write_bad_mdp(tmp_path, base, mutate):
     return path
 
 
+def policy_for(tmp_path, base):
+    """A valid uniform policy file for the (unmutated) base MDP ``base``."""
+    a = BASES[base]()
+    S = a["R"].shape[0]
+    if base in ("factored", "masked"):
+        counts = a["R"].shape[1:]
+    else:
+        counts = (a["R"].shape[1],) * int(a["n_agents"])
+    path = tmp_path / f"pol_{base}.npz"
+    np.savez(path, **{f"pi_{j}": np.full((S, c), 1.0 / c) for j, c in enumerate(counts)})
+    return path
+
+
 def assert_one_line(msg: str):
     assert msg and "\n" not in msg and "Traceback" not in msg
 
