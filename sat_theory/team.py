@@ -1,19 +1,34 @@
 """The ``Team`` interface: what a backend (tabular or LLM) provides to the shared algorithm.
 
 See ARCHITECTURE.md. The algorithm (:mod:`sat_theory.algorithm`) needs, per agent step, only
-the methods below; nothing of the algorithm lives in a backend and nothing of a backend
-(states vs token ids, logits tables vs LoRA adapters) leaks into the algorithm.
+the methods of :class:`Team`; nothing of the algorithm (update order, advantages, trust-region
+control, resampling, importance weights, certificates) lives in a backend, and nothing of a
+backend (states vs token ids, logits tables vs LoRA adapters) leaks into the algorithm.
 
 Data passed between them:
 
 - :class:`Turn` — one decision of one agent: its context (a state index, or prompt+history
-  token ids), the action/message it emitted, and the behaviour log-probability of that
-  action (summed over tokens for messages).
+  token ids), the action/message it emitted, the behaviour log-probability of that action
+  (summed over tokens for messages), its time step ``t`` and, if known, the discounted
+  reward-to-go from that step on.
 - :class:`Episode` — one rollout: its group (rollouts of one start state / prompt form a
-  group for group-normalized advantages), its turns and its return.
+  group for group-normalized advantages), its turns and its (discounted) return.
 - :class:`Batch` — the episodes of one ``rollout`` call, tagged with a ``rollout_id`` that
   is distinct for every fresh sample (intermediate occupancy resamples after every agent
-  update; stale occupancy reuses one batch for the whole stage).
+  update; stale occupancy reuses one batch for the whole stage). ``exact=True`` marks the
+  tabular exact mode's infinite-sample "batch": it has no episodes, and every expectation
+  is computed exactly by the backend from ``extra``.
+
+Conventions every backend follows (the algorithm relies on them):
+
+- *Per-turn arrays* are aligned with ``batch.turns_of(agent)`` (batch order).
+- ``kl(agent, batch, reference)`` estimates the trust-region radius of THEORY §4,
+  ``δ_i = E_{s∼d} KL_s(π_ref^(j) ‖ π^(j))`` (behaviour-to-updated), on the batch's states,
+  where ``d`` is the batch's own (discounted) occupancy and ``KL_s = 0`` where ``j`` does not
+  act. Tabular sampled mode: ``mean over episodes of Σ_{turns of j} (1−γ)γ^t KL_{s_t}``.
+  LLM: the mean over the agent's turns of the exact token-level KL (TeamTR Lemma B.3).
+- ``reference`` is always a snapshot returned by ``snapshot(agent)``.
+- Everything is deterministic given the backend's seed and the sequence of calls.
 """
 
 from __future__ import annotations
@@ -23,7 +38,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Turn", "Episode", "Batch", "Team"]
+__all__ = ["Turn", "Episode", "Batch", "TurnArrays", "Team"]
 
 
 @dataclass
@@ -33,7 +48,7 @@ class Turn:
     action: Any  # tabular: action index; LLM: generated token ids
     logp: float  # behaviour log-probability of `action` under the acting agent
     t: int = 0  # time step within the episode (for discounting)
-    reward_to_go: float | None = None  # discounted return from this turn on, if known
+    reward_to_go: float | None = None  # discounted return from step t on (γ^0 at t), if known
 
 
 @dataclass
@@ -44,12 +59,31 @@ class Episode:
 
 
 @dataclass
+class TurnArrays:
+    """Column form of ``batch.turns_of(agent)``: ``episode`` (M,) int index into
+    ``batch.episodes``, ``t`` (M,) int, ``logp`` (M,) behaviour log-probs, ``reward_to_go``
+    (M,) (the episode return where a turn has none), ``context`` and ``action`` (M,)
+    object arrays (a backend that pre-fills them may use int arrays)."""
+
+    episode: np.ndarray
+    t: np.ndarray
+    logp: np.ndarray
+    reward_to_go: np.ndarray
+    context: np.ndarray
+    action: np.ndarray
+
+
+@dataclass
 class Batch:
     episodes: list[Episode]
     rollout_id: int
     # Backend-specific payload (e.g. the exact policy/evaluation in the tabular exact mode,
     # generation statistics for LLMs). The algorithm never looks inside.
     extra: dict = field(default_factory=dict)
+    # True for the tabular exact mode's infinite-sample batch (no episodes; every
+    # expectation is exact). The algorithm then passes ``advantages=None`` to ``update``.
+    exact: bool = False
+    _arrays: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def returns(self) -> np.ndarray:
@@ -59,19 +93,66 @@ class Batch:
     def groups(self) -> np.ndarray:
         return np.array([e.group for e in self.episodes], dtype=np.int64)
 
+    @property
+    def n_episodes(self) -> int:
+        return len(self.episodes)
+
     def turns_of(self, agent: int) -> list[tuple[int, Turn]]:
         """``(episode index, turn)`` for every turn taken by ``agent``, in batch order."""
         return [(i, t) for i, e in enumerate(self.episodes) for t in e.turns if t.agent == agent]
 
+    def arrays(self, agent: int) -> TurnArrays:
+        """:class:`TurnArrays` of ``agent`` (cached; a backend may pre-fill ``_arrays``)."""
+        if agent not in self._arrays:
+            turns = self.turns_of(agent)
+            ctx = np.empty(len(turns), dtype=object)
+            act = np.empty(len(turns), dtype=object)
+            for k, (_, t) in enumerate(turns):
+                ctx[k] = t.context
+                act[k] = t.action
+            self._arrays[agent] = TurnArrays(
+                episode=np.array([i for i, _ in turns], dtype=np.int64),
+                t=np.array([t.t for _, t in turns], dtype=np.int64),
+                logp=np.array([t.logp for _, t in turns], dtype=np.float64),
+                reward_to_go=np.array(
+                    [self.episodes[i].ret if t.reward_to_go is None else t.reward_to_go
+                     for i, t in turns], dtype=np.float64),
+                context=ctx,
+                action=act,
+            )
+        return self._arrays[agent]
+
 
 @runtime_checkable
 class Team(Protocol):
-    """A team of ``n_agents`` trainable agents (see module docstring)."""
+    """A team of ``n_agents`` trainable agents (see module docstring).
+
+    Required attributes: ``n_agents`` and ``gamma`` (the discount of the certificates;
+    ``gamma >= 1`` switches the γ-dependent certificate terms off, they are logged as null).
+
+    Optional hooks, used by the algorithm only when present (``getattr``):
+
+    - ``advantage_bound: float`` — an a-priori bound on ``|A|`` (reward units) for the
+      empirical certificate when the backend has no exact ``A_max``;
+    - ``exact_step_terms(agent, reference, stage_start) -> dict`` — exact terms of the step
+      just taken (tabular oracle): ``L_seq, L_stale, delta, delta_max, tv, A_max, f_inf,
+      true_gain``; ``stage_start`` is the list of all agents' snapshots at the stage start;
+    - ``exact_stage_terms(stage_start, order) -> dict`` — the exact stage certificate
+      (:meth:`sat_theory.certificates.StageCertificate.to_dict`) of stage-start → now;
+    - ``align(agent, new, delta_align, form) -> dict`` — Stage-0 alignment (THEORY §5) of a
+      new agent toward the current agent ``agent`` before it is swapped in;
+    - ``new_agent(agent, kind, seed) -> Any`` — build a replacement agent (plug-and-play);
+    - ``reset(agents)`` — reinitialise these agents to their initial parameters;
+    - ``save(path)`` — write the team's current policy (tabular: the core's ``.npz`` format).
+    """
 
     n_agents: int
+    gamma: float
 
     def rollout(self, n_groups: int, group_size: int) -> Batch:
-        """Fresh episodes under the *current* team (all agents as they are now)."""
+        """Fresh episodes under the *current* team (all agents as they are now), with a new
+        ``rollout_id``: ``n_groups`` groups (start states / prompts) of ``group_size``
+        episodes each. The tabular exact mode returns an ``exact=True`` batch instead."""
 
     def snapshot(self, agent: int) -> Any:
         """A cheap, independent copy of one agent's parameters (and optimizer state)."""
@@ -80,17 +161,32 @@ class Team(Protocol):
         """Put back a snapshot taken by :meth:`snapshot`."""
 
     def update(self, agent: int, batch: Batch, advantages: np.ndarray | None, beta: float,
-               reference: Any) -> dict:
+               reference: Any, *, step_scale: float = 1.0, correction: str = "none") -> dict:
         """Optimizer steps for ``agent`` alone on the clipped surrogate with ``advantages``
-        (one per turn of ``batch.turns_of(agent)``; ``None`` = exact advantages, where the
-        backend has them) plus ``beta ·`` KL to ``reference`` (a snapshot). Returns metrics."""
+        plus ``beta ·`` KL(reference ‖ agent) on the batch's states.
+
+        ``advantages``: one per turn of ``batch.turns_of(agent)``, already multiplied by any
+        importance weight the algorithm applies (stale+IS, HAPPO's M-factor); ``None`` only
+        for ``exact`` batches (the backend then uses the exact advantages of the batch's
+        policy). ``step_scale`` (≤ 1) shrinks the step on backtracking (learning rate or
+        step length). ``correction`` matters only for exact batches, where there are no
+        samples to reweight: ``"none"`` (use the batch as it is — stale occupancy and stale
+        team), ``"trajectory"`` (exact trajectory importance weighting: the current team's
+        occupancy and advantages), ``"step"`` (HAPPO's per-step M-factor: the batch's
+        occupancy and advantages, the other agents' current factors).
+        Returns metrics; ``ratio_clip_frac`` (fraction of turns whose ratio ends outside
+        ``[1−ε, 1+ε]``) is logged when present."""
 
     def kl(self, agent: int, batch: Batch, reference: Any) -> dict:
-        """Behaviour-to-updated KL of ``agent`` from ``reference`` (a snapshot) to its current
-        parameters on the batch's contexts: ``{"kl": mean, "kl_max": max, ...}``."""
+        """Behaviour-to-updated KL of ``agent`` from ``reference`` to its current parameters
+        on the batch's states: ``{"kl": δ̂ (see module docstring), "kl_max": max over the
+        agent's contexts}``; for sampled batches also ``"logp"``: the agent's *current*
+        log-probabilities of its turns (per-turn array), from which the algorithm computes
+        ratios, the surrogate estimate and importance weights; for exact batches also
+        ``"surrogate"``: the exact ``L = 1/(1−γ) E_{s∼d_batch} E_{a∼π_now} Â_batch(s,a)``."""
 
     def evaluate(self) -> float:
         """The team's score: exact ``J`` in the tabular world, held-out accuracy for LLMs."""
 
     def replace(self, agent: int, new: Any) -> None:
-        """Swap in a new agent (plug-and-play); alignment is done by the algorithm."""
+        """Swap in a new agent (plug-and-play); alignment is done before, via ``align``."""

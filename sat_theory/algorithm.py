@@ -1,0 +1,722 @@
+"""The sequential trust-region algorithm (SAT / TeamTR), written once against :class:`Team`.
+
+One *stage* updates every agent once, in an order ``σ`` (THEORY §4):
+
+1. Occupancy. Before step ``i`` the algorithm decides which batch the step uses:
+   ``intermediate`` — a fresh ``team.rollout`` under the partly updated team ``π̂^{i−1}``
+   (SAT/TeamTR); ``stale`` — the stage-start batch of ``π̂^0`` for every step (naive
+   sequential); ``resample-every-k`` — fresh every ``k`` steps; ``stale+IS`` — the
+   stage-start batch with trajectory importance weights
+   ``w(τ) = Π_{t: j_t updated} π̂^{i−1}(a_t|s_t)/π̂^0(a_t|s_t)`` (TeamTR App. G.6), whose
+   ``ESS/B = (Σw)²/(B Σw²)`` is logged.
+2. Advantages. Group-normalized, clipped ``Ã_g = clip((R_g − μ̂)/σ̂, −A_clip, A_clip)``
+   (THEORY §6, :func:`sat_theory.estimators.group_advantages`) per episode, given to each of
+   the agent's turns in that episode; switches turn off the std-normalization and the
+   clipping. HAPPO multiplies in its M-factor (the product, over agents already updated in
+   this stage and acting at the same step, of their new/old ratios; HARL
+   ``on_policy_ha_runner.py``). Exact batches: the backend's exact advantages.
+3. Trust region. ``team.update`` with penalty ``β``, then ``δ̂ = team.kl`` on the step's
+   states. While ``δ̂ > δ_i``: restore the pre-update snapshot, multiply ``β`` by
+   ``beta_growth``, shrink the step by ``step_shrink`` and retry (backtracking, at most
+   ``max_backtracks`` times). A step still outside the region is rejected (snapshot
+   restored) or kept and flagged (``on_violation``). After an accepted step, ``β`` relaxes
+   (``÷ beta_growth``) when ``δ̂ < δ_i / 4``. Variants: per-agent ``δ_i``
+   (``delta_per_agent``), adaptive δ (``trust_region="adaptive"``: ``δ_i ← δ_i·delta_up`` after
+   a step whose estimated certified gain ``L̂ − c√δ̂`` was positive, ``δ_i ← δ_i·delta_down``
+   otherwise, clipped to ``[delta_min, delta_max]``), none (``trust_region="none"``: one
+   update at ``β``; clipping is the only control).
+4. Order. ``fixed`` (``0..n−1`` or ``fixed_order``), ``reverse``, ``random`` (a fresh
+   permutation per stage from the run's seed), ``greedy`` (data-dependent: at every step each
+   remaining agent takes a trial step on the same batch; the one with the largest estimated
+   surrogate ``L̂`` is kept, the others restored).
+
+Logged per step: see :mod:`sat_theory.metrics`. The surrogate estimate (reward units) is
+
+    L̂ = (1/N) Σ_episodes Σ_{turns of j} γ^t (r_t − 1) G_t,   r_t = π_now^j(a_t|s_t)/π_beh^j(a_t|s_t),
+
+with ``G_t`` the discounted reward-to-go. It is unbiased for
+``L_i = 1/(1−γ) E_{s∼d_batch} E_{a∼π̂^i} A^{batch}(s,a)`` (``E[(r−1)·b(s)] = 0`` removes any
+baseline and ``E[G_t|s_t,a_t] = Q``), so no group-normalization or clipping bias enters it;
+only the backend's horizon truncation does (``zeta_trunc``).
+
+Stage bounds (THEORY §4, from the stage's own terms): with ``c = √2 γ A_max/(1−γ)²``,
+``lower_bound = Σ L_i − c Σ √δ_i − Σ ζ_i/(1−γ)``; exact terms from the backend's
+``exact_stage_terms`` where it has them (tabular), else the estimated ``L̂_i, δ̂_i, ζ̂_i`` with
+``A_max = team.advantage_bound``. The empirical certificate (THEORY §6, TeamTR Thm E.10) is
+logged for sampled batches.
+
+Methods (presets of :class:`TrainConfig`): ``sat`` (intermediate + trust region), ``naive``
+(stale + trust region), ``joint`` (one batch per stage, every agent updated from it; with a
+fixed batch an agent's update does not depend on the others' new parameters, so this
+coincides with ``naive`` up to the order, which ``joint`` fixes to ``0..n−1``), ``no-tr``
+(intermediate, no trust region) and ``happo`` (stale + M-factor, clipping only).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError
+from .estimators import group_advantages
+from .team import Batch, Team
+
+__all__ = ["TrainConfig", "METHODS", "ORDERS", "OCCUPANCIES", "TRUST_REGIONS", "RunState",
+           "run_stage", "train", "sampled_surrogate", "stage_lower_bound",
+           "empirical_certificate", "empirical_certificate_sat", "ess_fraction",
+           "choose_order", "trajectory_log_weights", "happo_log_factors"]
+
+#: Method presets: the TrainConfig fields each method sets (explicit settings override).
+METHODS: dict[str, dict] = {
+    "sat": dict(occupancy="intermediate", trust_region="fixed", correction="none"),
+    "naive": dict(occupancy="stale", trust_region="fixed", correction="none"),
+    "joint": dict(occupancy="stale", trust_region="fixed", correction="none", order="fixed"),
+    "no-tr": dict(occupancy="intermediate", trust_region="none", correction="none"),
+    "happo": dict(occupancy="stale", trust_region="none", correction="happo"),
+}
+ORDERS = ("fixed", "reverse", "random", "greedy")
+OCCUPANCIES = ("intermediate", "stale", "resample-every-k", "stale+IS")
+TRUST_REGIONS = ("fixed", "adaptive", "none")
+CORRECTIONS = ("none", "happo")
+
+
+def _f(default, help_, **kw):
+    return field(default=default, metadata={"help": help_, **kw})
+
+
+@dataclass
+class TrainConfig:
+    """Configuration of the shared algorithm (every field has a help string; the CLI mirrors
+    them). ``None`` for ``occupancy``/``trust_region``/``correction``/``order`` means "as the
+    method preset says" (:data:`METHODS`)."""
+
+    method: str = _f("sat", "method preset: sat | naive | joint | no-tr | happo")
+    stages: int = _f(10, "number of stages K (each updates every agent once)")
+    delta: float = _f(0.01, "trust-region radius δ_i for every agent (TeamTR §5: δ_i = 0.01)")
+    delta_per_agent: tuple | None = _f(None, "per-agent radii δ_j (overrides delta)")
+    trust_region: str | None = _f(None, "fixed | adaptive (adaptive δ) | none")
+    occupancy: str | None = _f(None, "intermediate | stale | resample-every-k | stale+IS")
+    resample_k: int = _f(2, "resample-every-k: steps per fresh batch")
+    correction: str | None = _f(None, "none | happo (HAPPO's M-factor on a stale batch)")
+    order: str | None = _f(None, "update order: fixed | reverse | random | greedy (default fixed)")
+    fixed_order: tuple | None = _f(None, "the permutation used by order=fixed (default 0..n-1)")
+    n_groups: int = _f(8, "sampled mode: groups (start states / prompts) per rollout, B")
+    group_size: int = _f(8, "sampled mode: episodes per group, G")
+    normalize_std: bool = _f(True, "divide advantages by the group std σ̂ (ablation: off)")
+    A_clip: float | None = _f(5.0, "advantage clip A_clip (None: no clipping; ablation)")
+    eps_norm: float = _f(1e-6, "ε_norm in σ̂ = sqrt(mean (R−μ̂)² + ε_norm) (THEORY §6)")
+    eps_w: float = _f(0.2, "ratio-clip ε (PPO clip range; the ε_w of THEORY §6)")
+    beta_init: float = _f(1.0, "initial KL penalty coefficient β (adapted per agent)")
+    beta_min: float = _f(1e-4, "lower limit of the adaptive β")
+    beta_max: float = _f(1e8, "upper limit of the adaptive β")
+    beta_growth: float = _f(2.0, "β multiplier per backtrack (and divisor when δ̂ < δ/4)")
+    step_shrink: float = _f(0.5, "step-size multiplier per backtrack")
+    max_backtracks: int = _f(12, "backtracks before a step counts as out of region")
+    on_violation: str = _f("reject", "out-of-region step after all backtracks: reject | flag")
+    delta_up: float = _f(1.5, "adaptive δ: multiplier after a step with positive certified gain")
+    delta_down: float = _f(0.5, "adaptive δ: multiplier otherwise")
+    delta_min: float = _f(1e-5, "adaptive δ: lower limit")
+    delta_max: float = _f(0.5, "adaptive δ: upper limit")
+    delta_conf: float = _f(0.05, "confidence level δ_conf of the empirical certificate")
+    seed: int = _f(0, "seed of the algorithm's own randomness (random order)")
+    # plug-and-play (THEORY §5)
+    swap_stage: int | None = _f(None, "plug-and-play: replace an agent before this stage")
+    swap_agent: int = _f(0, "plug-and-play: the agent replaced")
+    swap_kind: str = _f("stronger", "plug-and-play: the new agent: stronger | random")
+    swap_strategy: str = _f("stage0", "plug-and-play: direct | stage0 | retrain")
+    stage0_form: str = _f("distill", "Stage-0 form: distill (TeamTR) | project (SAT)")
+    delta_align: float | None = _f(None, "Stage-0 radius δ_align (default: the agent's δ)")
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise InputError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
+        preset = METHODS[self.method]
+        for k in ("occupancy", "trust_region", "correction", "order"):
+            if getattr(self, k) is None:
+                setattr(self, k, preset.get(k, "fixed" if k == "order" else None))
+        _choice("order", self.order, ORDERS)
+        _choice("occupancy", self.occupancy, OCCUPANCIES)
+        _choice("trust_region", self.trust_region, TRUST_REGIONS)
+        _choice("correction", self.correction, CORRECTIONS)
+        _choice("on_violation", self.on_violation, ("reject", "flag"))
+        _choice("swap_kind", self.swap_kind, ("stronger", "random"))
+        _choice("swap_strategy", self.swap_strategy, ("direct", "stage0", "retrain"))
+        _choice("stage0_form", self.stage0_form, ("distill", "project"))
+        if not (isinstance(self.delta, int | float) and self.delta > 0 and math.isfinite(self.delta)):
+            raise InputError(f"delta must be a positive number, got {self.delta}")
+        if self.delta_per_agent is not None:
+            self.delta_per_agent = tuple(float(d) for d in self.delta_per_agent)
+            if any(not (d > 0 and math.isfinite(d)) for d in self.delta_per_agent):
+                raise InputError(f"every per-agent delta must be > 0, got {self.delta_per_agent}")
+        for k in ("stages", "n_groups", "group_size", "resample_k"):
+            v = getattr(self, k)
+            if not isinstance(v, int | np.integer) or v < (0 if k == "stages" else 1):
+                raise InputError(f"{k} must be an integer >= {0 if k == 'stages' else 1}, got {v!r}")
+        if self.beta_init <= 0 or self.beta_growth <= 1 or not (0 < self.step_shrink <= 1):
+            raise InputError("need beta_init > 0, beta_growth > 1 and 0 < step_shrink <= 1")
+        if self.A_clip is not None and self.A_clip <= 0:
+            raise InputError(f"A_clip must be > 0 (or None for no clipping), got {self.A_clip}")
+        if not (0 < self.delta_conf < 1):
+            raise InputError(f"delta_conf must lie in (0, 1), got {self.delta_conf}")
+        if self.fixed_order is not None:
+            self.fixed_order = tuple(int(x) for x in self.fixed_order)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for k, v in d.items():
+            if isinstance(v, tuple):
+                d[k] = list(v)
+        return d
+
+    @classmethod
+    def help(cls) -> dict[str, str]:
+        return {f.name: f.metadata["help"] for f in fields(cls)}
+
+    def radius(self, agent: int) -> float:
+        if self.delta_per_agent is not None:
+            if agent >= len(self.delta_per_agent):
+                raise InputError(f"delta_per_agent has {len(self.delta_per_agent)} entries; "
+                                 f"agent {agent} has none")
+            return self.delta_per_agent[agent]
+        return float(self.delta)
+
+
+def _choice(name, value, allowed):
+    if value not in allowed:
+        raise InputError(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}")
+
+
+# ------------------------------------------------------------------ pure functions
+def sampled_surrogate(gamma: float, t: np.ndarray, logp_now: np.ndarray, logp_beh: np.ndarray,
+                      reward_to_go: np.ndarray, n_episodes: int,
+                      weights: np.ndarray | None = None) -> float:
+    """``L̂ = (1/N) Σ_turns w · γ^t (r_t − 1) G_t`` with ``r_t = exp(logp_now − logp_beh)``.
+
+    Unbiased for ``L = 1/(1−γ) E_{s∼d_beh} E_{a∼π_now} A^{beh}(s,a)`` (up to horizon
+    truncation): ``E[(r−1) b(s)] = 0`` for any baseline and ``E[G_t | s_t, a_t] = Q(s_t,a_t)``.
+    ``weights`` (per turn, e.g. trajectory importance weights) default to 1. ``γ ≥ 1``: no
+    discounting (episodic scores).
+    """
+    if n_episodes <= 0:
+        return 0.0
+    disc = np.ones_like(reward_to_go) if gamma >= 1 else np.power(gamma, t.astype(np.float64))
+    terms = disc * np.expm1(logp_now - logp_beh) * reward_to_go
+    if weights is not None:
+        terms = terms * weights
+    return float(terms.sum() / n_episodes)
+
+
+def ess_fraction(weights: np.ndarray) -> float:
+    """``ESS/B = (Σ w)² / (B Σ w²)`` of importance weights (1 when all are equal)."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.size == 0:
+        return float("nan")
+    s2 = float(w @ w)
+    return float(w.sum() ** 2 / (w.size * s2)) if s2 > 0 else 0.0
+
+
+def trajectory_log_weights(n_episodes: int, episode_idx: list[np.ndarray],
+                           log_ratios: list[np.ndarray]) -> np.ndarray:
+    """Per-episode ``log w(τ) = Σ_{updated agents k} Σ_{turns of k in τ} log(π_k^now/π_k^beh)``.
+
+    ``episode_idx[m]``/``log_ratios[m]``: per-turn arrays of one updated agent.
+    """
+    out = np.zeros(n_episodes)
+    for e, lr in zip(episode_idx, log_ratios, strict=True):
+        np.add.at(out, e, lr)
+    return out
+
+
+def happo_log_factors(target_episode: np.ndarray, target_t: np.ndarray,
+                      episode_idx: list[np.ndarray], t_idx: list[np.ndarray],
+                      log_ratios: list[np.ndarray]) -> np.ndarray:
+    """HAPPO's ``log M`` per turn of the agent being updated: the sum of the log-ratios
+    ``log(π_k^now/π_k^beh)`` of the agents ``k`` already updated in this stage at the same
+    (episode, step) — agents acting simultaneously with it (HARL's per-sample factor). In a
+    turn-taking game no other agent acts at the same step, so ``M = 1``."""
+    out = np.zeros(target_episode.shape[0])
+    if out.size == 0 or not episode_idx:
+        return out
+    T = int(max([target_t.max(initial=0)] + [t.max(initial=0) for t in t_idx])) + 1
+    key = target_episode * T + target_t
+    table: dict[int, float] = {}
+    for e, t, lr in zip(episode_idx, t_idx, log_ratios, strict=True):
+        for k, v in zip((e * T + t).tolist(), lr.tolist(), strict=True):
+            table[k] = table.get(k, 0.0) + v
+    return np.array([table.get(k, 0.0) for k in key.tolist()])
+
+
+def stage_lower_bound(L, delta, zeta, gamma: float, A_max: float) -> float:
+    """THEORY §4 stage bound ``Σ L_i − c Σ √δ_i − Σ ζ_i/(1−γ)``, ``c = √2 γ A_max/(1−γ)²``."""
+    if gamma >= 1:
+        return float("nan")
+    c = math.sqrt(2.0) * gamma * A_max / (1.0 - gamma) ** 2
+    return float(np.sum(L) - c * np.sum(np.sqrt(np.maximum(delta, 0.0)))
+                 - np.sum(zeta) / (1.0 - gamma))
+
+
+def empirical_certificate(L_hat, delta_hat, zeta, N, gamma: float, A_max: float,
+                          A_clip: float, eps_w: float, delta_conf: float) -> float:
+    """TeamTR Thm E.10 (THEORY §6):
+    ``Σ L̂_i − c Σ √δ_i − Σ ζ_i/(1−γ) − Σ (1+ε_w) A_clip/(1−γ) √(2 log(2n/δ_conf)/N_i)
+    − Σ A_clip/(1−γ) √(2δ_i)``."""
+    if gamma >= 1:
+        return float("nan")
+    n = len(L_hat)
+    N = np.maximum(np.asarray(N, dtype=np.float64), 1.0)
+    d = np.maximum(np.asarray(delta_hat, dtype=np.float64), 0.0)
+    hoeff = (1 + eps_w) * A_clip / (1 - gamma) * np.sqrt(2 * math.log(2 * n / delta_conf) / N)
+    ratio = A_clip / (1 - gamma) * np.sqrt(2 * d)
+    return stage_lower_bound(L_hat, d, zeta, gamma, A_max) - float(hoeff.sum() + ratio.sum())
+
+
+def empirical_certificate_sat(L_hat, delta_hat, zeta, N, gamma: float, A_max: float,
+                              delta_conf: float) -> float:
+    """The stage bound with SAT's finite-sample term ``Σ A_max/(1−γ) √(log(2n/δ_conf)/(2N_i))``."""
+    if gamma >= 1:
+        return float("nan")
+    n = len(L_hat)
+    N = np.maximum(np.asarray(N, dtype=np.float64), 1.0)
+    fs = A_max / (1 - gamma) * np.sqrt(math.log(2 * n / delta_conf) / (2 * N))
+    return stage_lower_bound(L_hat, delta_hat, zeta, gamma, A_max) - float(fs.sum())
+
+
+def choose_order(kind: str, n: int, rng: np.random.Generator, fixed: tuple | None = None) -> list[int]:
+    """The stage's update order for the data-independent kinds (greedy is decided per step)."""
+    base = list(fixed) if fixed is not None else list(range(n))
+    if kind == "fixed":
+        return base
+    if kind == "reverse":
+        return base[::-1]
+    if kind == "random":
+        return [int(x) for x in rng.permutation(n)]
+    raise ValueError(kind)
+
+
+# ------------------------------------------------------------------ run state
+@dataclass
+class RunState:
+    """What the algorithm carries across stages (and what a resumable backend must save):
+    per-agent ``beta`` and ``delta``, the order RNG, counters."""
+
+    beta: list[float]
+    delta: list[float]
+    rng: np.random.Generator
+    stage: int = 0
+    rollouts: int = 0
+    episodes: int = 0
+
+    @classmethod
+    def initial(cls, cfg: TrainConfig, n_agents: int) -> RunState:
+        if cfg.fixed_order is not None and sorted(cfg.fixed_order) != list(range(n_agents)):
+            raise InputError(f"fixed_order {list(cfg.fixed_order)} is not a permutation of "
+                             f"0..{n_agents - 1}")
+        if cfg.delta_per_agent is not None and len(cfg.delta_per_agent) != n_agents:
+            raise InputError(f"delta_per_agent has {len(cfg.delta_per_agent)} entries for "
+                             f"{n_agents} agents")
+        return cls(beta=[float(cfg.beta_init)] * n_agents,
+                   delta=[cfg.radius(j) for j in range(n_agents)],
+                   rng=np.random.default_rng(cfg.seed))
+
+    def to_dict(self) -> dict:
+        """JSON-able form (the RNG as its bit-generator state) for checkpoints."""
+        return dict(beta=list(self.beta), delta=list(self.delta), stage=self.stage,
+                    rollouts=self.rollouts, episodes=self.episodes,
+                    rng=self.rng.bit_generator.state)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunState:
+        rng = np.random.default_rng()
+        rng.bit_generator.state = d["rng"]
+        return cls(beta=list(d["beta"]), delta=list(d["delta"]), rng=rng, stage=d["stage"],
+                   rollouts=d["rollouts"], episodes=d["episodes"])
+
+
+@dataclass
+class _StepResult:
+    agent: int
+    record: dict
+    after: Any  # snapshot of the agent after the step
+    beta: float
+    logp: np.ndarray | None  # the agent's final per-turn log-probs on the batch
+
+
+def _advantage_stats(batch: Batch, cfg: TrainConfig) -> tuple[np.ndarray, dict]:
+    """Per-episode training advantages and the ζ̂ proxies of THEORY §6 for them."""
+    R, g = batch.returns, batch.groups
+    adv = group_advantages(R, g, eps_norm=cfg.eps_norm, A_clip=cfg.A_clip,
+                           normalize_std=cfg.normalize_std)
+    raw = group_advantages(R, g, eps_norm=cfg.eps_norm, A_clip=None,
+                           normalize_std=cfg.normalize_std)
+    _, inv, counts = np.unique(g, return_inverse=True, return_counts=True)
+    mu = np.bincount(inv, weights=R) / counts
+    stats = dict(
+        reward_mean=float(R.mean()) if R.size else None,
+        # Corollary E.2: the group-mean baseline biases R_g − μ̂ by (R_g − μ)/G; proxy |R_g − μ̂|/G
+        zeta_norm=float(np.mean(np.abs(R - mu[inv]) / counts[inv])) if R.size else 0.0,
+        # Lemma E.3: |E clip(Z) − E Z| ≤ E[|Z| 1{|Z| > A_clip}] (empirical moment)
+        zeta_clip=(float(np.mean(np.abs(raw) * (np.abs(raw) > cfg.A_clip)))
+                   if cfg.A_clip is not None and R.size else 0.0),
+        adv_clip_frac=(float(np.mean(np.abs(raw) > cfg.A_clip))
+                       if cfg.A_clip is not None and R.size else 0.0),
+    )
+    return adv, stats
+
+
+class _Stage:
+    """The mutable bookkeeping of one stage (kept together so greedy trials can share it)."""
+
+    def __init__(self, team: Team, cfg: TrainConfig, state: RunState, stage: int):
+        self.team, self.cfg, self.state, self.stage = team, cfg, state, stage
+        self.n = team.n_agents
+        self.start = [team.snapshot(j) for j in range(self.n)]
+        self.batch: Batch | None = None
+        self.adv: np.ndarray | None = None
+        self.adv_stats: dict = {}
+        # agents updated since self.batch was drawn: agent -> (episode idx, t, log-ratio)
+        self.updated: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def fresh(self):
+        cfg = self.cfg
+        self.batch = self.team.rollout(cfg.n_groups, cfg.group_size)
+        self.state.rollouts += 1
+        self.state.episodes += self.batch.n_episodes
+        self.updated = {}
+        if self.batch.exact:
+            self.adv, self.adv_stats = None, {}
+        else:
+            self.adv, self.adv_stats = _advantage_stats(self.batch, cfg)
+
+    def needs_fresh(self, i: int) -> bool:
+        occ = self.cfg.occupancy
+        if self.batch is None or occ == "intermediate":
+            return True
+        if occ == "resample-every-k":
+            return i % self.cfg.resample_k == 0
+        return False  # stale, stale+IS
+
+    # -------------------------------------------------------------- one agent step
+    def step(self, i: int, j: int) -> _StepResult:
+        team, cfg, batch = self.team, self.cfg, self.batch
+        gamma = float(team.gamma)
+        delta_i = self.state.delta[j]
+        ref = team.snapshot(j)
+        extra: dict = {}
+        correction = "none"
+        adv = None
+        weights = None
+        if batch.exact:
+            if self.updated:
+                if cfg.occupancy == "stale+IS":
+                    correction = "trajectory"
+                elif cfg.correction == "happo":
+                    correction = "step"
+        else:
+            ta = batch.arrays(j)
+            adv = self.adv[ta.episode]
+            if self.updated and cfg.occupancy == "stale+IS":
+                logw = trajectory_log_weights(batch.n_episodes, [u[0] for u in self.updated.values()],
+                                              [u[2] for u in self.updated.values()])
+                w_ep = np.exp(logw)
+                extra["ess"] = ess_fraction(w_ep)
+                extra["w_max"] = float(w_ep.max() / max(w_ep.mean(), 1e-300))
+                weights = w_ep[ta.episode]
+            elif self.updated and cfg.correction == "happo":
+                logm = happo_log_factors(ta.episode, ta.t, [u[0] for u in self.updated.values()],
+                                         [u[1] for u in self.updated.values()],
+                                         [u[2] for u in self.updated.values()])
+                weights = np.exp(logm)
+                extra["m_factor_mean"] = float(weights.mean()) if weights.size else 1.0
+            if weights is not None:
+                adv = adv * weights
+        beta = self.state.beta[j]
+        scale = 1.0
+        backtracks = 0
+        rejected = out_of_region = False
+        upd: dict = {}
+        while True:
+            upd = team.update(j, batch, adv, beta, ref, step_scale=scale, correction=correction)
+            klr = team.kl(j, batch, ref)
+            kl = float(klr["kl"])
+            if cfg.trust_region == "none" or kl <= delta_i:
+                break
+            if backtracks >= cfg.max_backtracks:
+                out_of_region = True
+                break
+            team.restore(j, ref)
+            backtracks += 1
+            beta = min(beta * cfg.beta_growth, cfg.beta_max)
+            scale *= cfg.step_shrink
+        if out_of_region and cfg.on_violation == "reject":
+            team.restore(j, ref)
+            rejected = True
+            klr = team.kl(j, batch, ref)
+            kl = float(klr["kl"])
+        if cfg.trust_region != "none" and not out_of_region and kl < delta_i / 4:
+            beta = max(beta / cfg.beta_growth, cfg.beta_min)
+        # surrogate estimate (reward units)
+        logp = None
+        if batch.exact:
+            L_hat = float(klr["surrogate"])
+            n_ep = None
+        else:
+            logp = np.asarray(klr["logp"], dtype=np.float64)
+            ta = batch.arrays(j)
+            L_hat = sampled_surrogate(gamma, ta.t, logp, ta.logp, ta.reward_to_go,
+                                      batch.n_episodes, weights=weights)
+            n_ep = batch.n_episodes
+            lr = logp - ta.logp
+            extra["ratio_clip_frac"] = upd.get(
+                "ratio_clip_frac",
+                float(np.mean(np.abs(np.expm1(lr)) > cfg.eps_w)) if lr.size else 0.0)
+            # Lemma E.6: ratio-clipping bias ≤ A_clip · sqrt(2 KL)
+            extra["zeta_ratio"] = (cfg.A_clip if cfg.A_clip is not None else 1.0) * math.sqrt(2 * max(kl, 0.0))
+            extra["ratio_mean_abs_dev"] = float(np.mean(np.abs(np.expm1(lr)))) if lr.size else 0.0
+        zeta_trunc = float(batch.extra.get("truncation_bias", 0.0)) if not batch.exact else 0.0
+        rec = dict(
+            kind="step", stage=self.stage, step=i + 1, agent=j, rollout_id=batch.rollout_id,
+            beta=beta, delta_i=delta_i, kl=kl, kl_max=float(klr.get("kl_max", float("nan"))),
+            surrogate=L_hat, backtracks=backtracks, rejected=rejected,
+            out_of_region=bool(out_of_region and not rejected), step_scale=scale,
+            correction=correction, n_episodes=n_ep,
+            reward_mean=self.adv_stats.get("reward_mean"),
+            adv_clip_frac=self.adv_stats.get("adv_clip_frac"),
+            ratio_clip_frac=extra.get("ratio_clip_frac", upd.get("ratio_clip_frac")),
+            zeta_norm=self.adv_stats.get("zeta_norm"), zeta_clip=self.adv_stats.get("zeta_clip"),
+            zeta_ratio=extra.get("zeta_ratio"), zeta_trunc=zeta_trunc,
+            # L̂ is unbiased but for the horizon truncation (module docstring)
+            zeta=zeta_trunc * (1 - gamma) if gamma < 1 else 0.0,
+            ess=extra.get("ess"), w_max=extra.get("w_max"), m_factor_mean=extra.get("m_factor_mean"),
+        )
+        for k in ("L_seq", "L_stale", "delta", "delta_max", "tv", "A_max", "f_inf", "true_gain"):
+            rec[k] = None
+        rec["_ref"] = ref  # popped in commit(): the pre-step snapshot for the exact terms
+        return _StepResult(j, rec, team.snapshot(j), beta, logp)
+
+    def commit(self, res: _StepResult):
+        """Bookkeeping after the kept step of agent ``res.agent``."""
+        j, batch = res.agent, self.batch
+        self.state.beta[j] = res.beta
+        if not batch.exact and res.logp is not None:
+            ta = batch.arrays(j)
+            self.updated[j] = (ta.episode, ta.t, res.logp - ta.logp)
+        elif batch.exact:
+            self.updated[j] = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+        hook = getattr(self.team, "exact_step_terms", None)
+        if hook is not None:
+            ref = res.record.pop("_ref")
+            res.record.update(hook(j, ref, self.start))
+        else:
+            res.record.pop("_ref", None)
+        if self.cfg.trust_region == "adaptive" and not res.record["rejected"]:
+            r = res.record
+            A = self._advantage_bound(r)
+            gain = r["surrogate"] - (_c(self.team.gamma, A) * math.sqrt(max(r["kl"], 0.0))
+                                     if A is not None else 0.0)
+            f = self.cfg.delta_up if gain > 0 else self.cfg.delta_down
+            self.state.delta[j] = float(min(max(self.state.delta[j] * f, self.cfg.delta_min),
+                                            self.cfg.delta_max))
+
+    def _advantage_bound(self, rec: dict) -> float | None:
+        if rec.get("A_max") is not None:
+            return float(rec["A_max"])
+        return getattr(self.team, "advantage_bound", None)
+
+
+def _c(gamma: float, A_max: float) -> float:
+    return math.sqrt(2.0) * gamma * A_max / (1.0 - gamma) ** 2 if gamma < 1 else float("nan")
+
+
+def run_stage(team: Team, cfg: TrainConfig, state: RunState, *,
+              log: Callable[[dict], None] | None = None,
+              on_step: Callable[[dict], None] | None = None) -> dict:
+    """One stage: every agent updated once (module docstring). Returns the stage record.
+
+    ``log(record)`` receives every step record and then the stage record (the caller writes
+    them, e.g. :meth:`sat_theory.metrics.RunWriter.log`). ``on_step(record)`` is called after
+    each agent step (after ``log``), e.g. for checkpoints. ``state.stage`` numbers the stage
+    and is incremented at the end.
+    """
+    log = log or (lambda r: None)
+    n = team.n_agents
+    st = _Stage(team, cfg, state, state.stage)
+    J_before = float(team.evaluate())
+    order: list[int] = [] if cfg.order == "greedy" else choose_order(cfg.order, n, state.rng, cfg.fixed_order)
+    done: list[int] = []
+    steps: list[dict] = []
+    for i in range(n):
+        if st.needs_fresh(i):
+            st.fresh()
+        if cfg.order == "greedy":
+            res = _greedy_step(st, i, [j for j in range(n) if j not in done])
+            order.append(res.agent)
+        else:
+            res = st.step(i, order[i])
+        st.commit(res)
+        done.append(res.agent)
+        steps.append(res.record)
+        log(res.record)
+        if on_step is not None:
+            on_step(res.record)
+    rec = _stage_record(st, order, steps, J_before)
+    log(rec)
+    state.stage += 1
+    return rec
+
+
+def _greedy_step(st: _Stage, i: int, remaining: list[int]) -> _StepResult:
+    """Trial step of every remaining agent on the same batch; keep the largest ``L̂``."""
+    team = st.team
+    best: _StepResult | None = None
+    betas = list(st.state.beta)
+    for j in remaining:
+        ref = team.snapshot(j)
+        res = st.step(i, j)
+        team.restore(j, ref)
+        st.state.beta[:] = betas
+        if best is None or res.record["surrogate"] > best.record["surrogate"]:
+            best = res
+    team.restore(best.agent, best.after)
+    best.record["greedy_candidates"] = list(remaining)
+    return best
+
+
+def _stage_record(st: _Stage, order: list[int], steps: list[dict], J_before: float) -> dict:
+    team, cfg = st.team, st.cfg
+    gamma = float(team.gamma)
+    J_after = float(team.evaluate())
+    rec: dict = dict(kind="stage", stage=st.stage, order=list(order), method=cfg.method,
+                     J_before=J_before, J_after=J_after)
+    hook = getattr(team, "exact_stage_terms", None)
+    exact = hook(st.start, order) if hook is not None else None
+    L_hat = [s["surrogate"] for s in steps]
+    d_hat = [s["kl"] for s in steps]
+    z_hat = [s["zeta"] or 0.0 for s in steps]
+    if exact is not None:
+        rec.update(true_improvement=exact["true_improvement"], lower_bound=exact["lower_bound"],
+                   lower_bound_source="exact", A_max=exact["A_max"], c=exact["c"],
+                   lower_bound_max=exact["lower_bound_max"],
+                   lower_bound_stale=exact["lower_bound_stale"],
+                   lower_bound_fnorm=exact["lower_bound_fnorm"],
+                   lower_bound_tv=exact["lower_bound_tv"], holds=exact["holds"],
+                   violated=exact["violated"])
+        A_max = exact["A_max"]
+    else:
+        A_max = getattr(team, "advantage_bound", None)
+        rec.update(true_improvement=J_after - J_before, lower_bound_source="estimated",
+                   A_max=A_max, c=_c(gamma, A_max) if A_max is not None else None,
+                   lower_bound=(stage_lower_bound(L_hat, d_hat, z_hat, gamma, A_max)
+                                if A_max is not None else None))
+        for k in ("lower_bound_max", "lower_bound_stale", "lower_bound_fnorm", "lower_bound_tv"):
+            rec[k] = None
+        lb = rec["lower_bound"]
+        rec["holds"] = None if lb is None or not math.isfinite(lb) else bool(
+            rec["true_improvement"] >= lb - 1e-9 * (1 + abs(lb)))
+        rec["violated"] = [] if rec["holds"] in (None, True) else ["lower_bound"]
+    rec["surrogate_sum"] = float(np.sum(L_hat))
+    rec["kl_sum_sqrt"] = float(np.sum(np.sqrt(np.maximum(d_hat, 0.0))))
+    sampled = any(s["n_episodes"] is not None for s in steps)
+    if sampled and A_max is not None:
+        N = [s["n_episodes"] or 1 for s in steps]
+        A_clip = A_max  # advantages of the certificate's L̂ live in reward units (module doc)
+        rec["empirical_certificate"] = empirical_certificate(
+            L_hat, d_hat, z_hat, N, gamma, A_max, A_clip, cfg.eps_w, cfg.delta_conf)
+        rec["empirical_certificate_sat"] = empirical_certificate_sat(
+            L_hat, d_hat, z_hat, N, gamma, A_max, cfg.delta_conf)
+        rec["lower_bound_estimated"] = stage_lower_bound(L_hat, d_hat, z_hat, gamma, A_max)
+    else:
+        rec["empirical_certificate"] = rec["empirical_certificate_sat"] = None
+        rec["lower_bound_estimated"] = None
+    rec["rejected_steps"] = int(sum(bool(s["rejected"]) for s in steps))
+    rec["out_of_region_steps"] = int(sum(bool(s["out_of_region"]) for s in steps))
+    rec["rollouts"] = st.state.rollouts
+    rec["episodes"] = st.state.episodes
+    return rec
+
+
+# ------------------------------------------------------------------ plug-and-play
+def swap_agent(team: Team, cfg: TrainConfig, state: RunState, *, initial: list | None = None) -> dict:
+    """Replace ``cfg.swap_agent`` by a new agent (``team.new_agent``) with the configured
+    strategy: ``direct`` (swap and go on), ``stage0`` (align the new agent to the old one
+    first — THEORY §5, form ``cfg.stage0_form`` — then swap), ``retrain`` (swap, then reset
+    every other agent to its initial parameters). Returns the ``"swap"`` record."""
+    j = cfg.swap_agent
+    if not (0 <= j < team.n_agents):
+        raise InputError(f"swap_agent {j} is not an agent index in [0, {team.n_agents - 1}]")
+    make = getattr(team, "new_agent", None)
+    if make is None:
+        raise InputError("this backend cannot build replacement agents (no new_agent)")
+    J0 = float(team.evaluate())
+    new = make(j, cfg.swap_kind, cfg.seed + 7919 * (state.stage + 1))
+    rec = dict(kind="swap", stage=state.stage, agent=j, strategy=cfg.swap_strategy,
+               swap_kind=cfg.swap_kind, form=cfg.stage0_form if cfg.swap_strategy == "stage0" else None,
+               J_before_swap=J0)
+    if cfg.swap_strategy == "stage0":
+        align = getattr(team, "align", None)
+        if align is None:
+            raise InputError("this backend has no Stage-0 alignment (no align)")
+        d_align = cfg.delta_align if cfg.delta_align is not None else state.delta[j]
+        new, info = align(j, new, d_align, cfg.stage0_form)
+        rec.update({f"align_{k}": v for k, v in info.items()}, delta_align=d_align)
+    team.replace(j, new)
+    if cfg.swap_strategy == "retrain":
+        reset = getattr(team, "reset", None)
+        if reset is None:
+            raise InputError("this backend cannot reset agents (no reset)")
+        reset([k for k in range(team.n_agents) if k != j])
+        state.beta[:] = [float(cfg.beta_init)] * team.n_agents
+    rec["J_after_swap"] = float(team.evaluate())
+    rec["swap_shock"] = rec["J_after_swap"] - J0
+    return rec
+
+
+# ------------------------------------------------------------------ train
+def train(team: Team, cfg: TrainConfig, *, writer=None, save_policies: bool = False,
+          progress: Callable[[dict], None] | None = None, extra_config: dict | None = None) -> dict:
+    """Run ``cfg.stages`` stages (plug-and-play swap before ``cfg.swap_stage`` if set).
+
+    ``writer``: a :class:`sat_theory.metrics.RunWriter` (config.json, metrics.jsonl,
+    ``policies/stage{k}.npz`` via ``team.save`` when ``save_policies``). ``progress(stage
+    record)`` after each stage. Returns a summary dict (J at start and end, counts).
+    """
+    state = RunState.initial(cfg, team.n_agents)
+    log = writer.log if writer is not None else (lambda r: None)
+    if writer is not None:
+        writer.write_config({"algorithm": cfg.to_dict(), **(extra_config or {})})
+    saver = getattr(team, "save", None)
+    if save_policies and (writer is None or saver is None):
+        raise InputError("--save-policies needs an output folder and a backend that can save")
+    t0 = time.perf_counter()
+    J0 = float(team.evaluate())
+    stages: list[dict] = []
+    for k in range(cfg.stages):
+        if cfg.swap_stage is not None and k == cfg.swap_stage:
+            log(swap_agent(team, cfg, state))
+        if save_policies:
+            saver(writer.policy_path(k))
+        rec = run_stage(team, cfg, state, log=log)
+        stages.append(rec)
+        if progress is not None:
+            progress(rec)
+    if save_policies:
+        saver(writer.policy_path(cfg.stages))
+    J1 = float(team.evaluate())
+    lbs = [s["lower_bound"] for s in stages if s.get("lower_bound") is not None]
+    return dict(J_start=J0, J_end=J1, stages=len(stages), rollouts=state.rollouts,
+                episodes=state.episodes,
+                bound_violations=sum(1 for s in stages if s.get("holds") is False),
+                rejected_steps=sum(s["rejected_steps"] for s in stages),
+                out_of_region_steps=sum(s["out_of_region_steps"] for s in stages),
+                lower_bound_sum=float(np.sum(lbs)) if lbs else None,
+                seconds=time.perf_counter() - t0)
+
+
+def preset(method: str, **overrides) -> TrainConfig:
+    """``TrainConfig(method=method, **overrides)`` (a readable alias)."""
+    return TrainConfig(method=method, **overrides)
+

@@ -1,0 +1,147 @@
+"""Run directories: ``config.json`` + ``metrics.jsonl`` (+ ``policies/stage{k}.npz``).
+
+Every training run — tabular or LLM — writes one folder:
+
+- ``config.json``: the run's configuration (the :class:`~sat_theory.algorithm.TrainConfig`
+  fields plus backend settings), written atomically (temporary file + rename).
+- ``metrics.jsonl``: one strict-JSON object per line, each with a ``kind``:
+
+  ``"step"`` — one agent update: ``stage`` (from 0), ``step`` (1..n within the stage),
+  ``agent``, ``rollout_id``, ``beta``, ``delta_i`` (the radius enforced), ``kl`` (δ̂),
+  ``kl_max``, ``surrogate`` (L̂, reward units), ``backtracks``, ``rejected``,
+  ``out_of_region`` (flagged step kept although δ̂ > δ_i), ``n_episodes``, ``reward_mean``,
+  ``ess`` (stale+IS: ESS/B of the trajectory weights), ``adv_clip_frac``,
+  ``ratio_clip_frac``, ζ proxies ``zeta_norm`` / ``zeta_clip`` / ``zeta_ratio`` /
+  ``zeta_trunc`` and ``zeta`` (the value used in the empirical certificate); exact terms
+  where the backend computes them (tabular): ``L_seq``, ``L_stale``, ``delta``,
+  ``delta_max``, ``tv``, ``A_max``, ``f_inf``, ``true_gain`` (else ``null``).
+
+  ``"stage"`` — ``stage`` (from 0), ``order`` (agent indices in update order),
+  ``J_before``, ``J_after``, ``true_improvement``, ``lower_bound`` (THEORY §4 form from the
+  stage's own terms; ``lower_bound_source`` says ``"exact"`` or ``"estimated"``),
+  ``lower_bound_max``, ``lower_bound_stale``, the tighter ladder ``lower_bound_fnorm``,
+  ``lower_bound_tv``, ``A_max``, ``c``, ``holds``, ``violated``; in sampled mode
+  ``empirical_certificate`` (THEORY §6, TeamTR Thm E.10) and ``empirical_certificate_sat``
+  (SAT's finite-sample term); ``rollouts`` / ``episodes`` (cumulative budget).
+
+  ``"swap"`` — a plug-and-play replacement: ``stage``, ``agent``, ``strategy``,
+  ``J_before_swap``, ``J_after_swap`` and the alignment's own numbers.
+
+Lines are appended with one ``write`` each and flushed, so a killed run leaves only
+complete records (a torn last line is skipped by :func:`read_metrics` with a warning).
+Non-finite floats are written as the strings ``"Infinity"``/``"NaN"`` (strict JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+
+from .commands._io import dumps, jsonable
+from .errors import InputError
+
+__all__ = ["RunWriter", "Run", "read_metrics", "load_run", "write_json_atomic", "to_float"]
+
+
+def write_json_atomic(path: str, obj) -> None:
+    """Write ``obj`` as indented strict JSON to ``path`` via a temporary file + rename."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(jsonable(obj), f, indent=2, sort_keys=True, allow_nan=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+class RunWriter:
+    """Writes one run directory (see module docstring). ``append=True`` keeps an existing
+    ``metrics.jsonl`` (resume); otherwise it is truncated."""
+
+    def __init__(self, out_dir: str, *, append: bool = False):
+        self.out_dir = os.fspath(out_dir)
+        os.makedirs(self.out_dir, exist_ok=True)
+        self.metrics_path = os.path.join(self.out_dir, "metrics.jsonl")
+        self._f = open(self.metrics_path, "a" if append else "w")
+
+    def write_config(self, config: dict) -> None:
+        write_json_atomic(os.path.join(self.out_dir, "config.json"), config)
+
+    def log(self, record: dict) -> None:
+        if "kind" not in record:
+            raise ValueError("metrics records need a 'kind'")
+        self._f.write(dumps(record) + "\n")
+        self._f.flush()
+
+    def policy_path(self, stage: int) -> str:
+        return os.path.join(self.out_dir, "policies", f"stage{stage}.npz")
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def to_float(x):
+    """Read back a logged number (``"Infinity"``/``"NaN"`` strings, ``None`` stays ``None``)."""
+    if x is None:
+        return None
+    return float(x)
+
+
+def read_metrics(path: str) -> list[dict]:
+    """All records of a ``metrics.jsonl`` (a folder is read as ``folder/metrics.jsonl``)."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, "metrics.jsonl")
+    if not os.path.exists(path):
+        raise InputError(f"metrics file not found: {path}")
+    out = []
+    with open(path) as f:
+        lines = f.read().split("\n")
+    for k, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if k >= len(lines) - 2:  # a torn last line from a killed run
+                warnings.warn(f"{path}: skipping an incomplete last line", stacklevel=2)
+                continue
+            raise InputError(f"{path}: line {k + 1} is not valid JSON") from None
+        if not isinstance(rec, dict) or "kind" not in rec:
+            raise InputError(f"{path}: line {k + 1} is not a metrics record (no 'kind')")
+        out.append(rec)
+    return out
+
+
+@dataclass
+class Run:
+    """A loaded run directory: ``config`` and its records split by kind."""
+
+    path: str
+    config: dict
+    steps: list[dict] = field(default_factory=list)
+    stages: list[dict] = field(default_factory=list)
+    other: list[dict] = field(default_factory=list)
+
+
+def load_run(path: str) -> Run:
+    """Read ``config.json`` (empty if missing) and ``metrics.jsonl`` of a run directory."""
+    path = os.fspath(path)
+    cfg_path = os.path.join(path, "config.json")
+    config = {}
+    if os.path.exists(cfg_path):
+        with open(cfg_path) as f:
+            config = json.load(f)
+    run = Run(path, config)
+    for rec in read_metrics(path):
+        {"step": run.steps, "stage": run.stages}.get(rec["kind"], run.other).append(rec)
+    return run

@@ -1,0 +1,470 @@
+"""The tabular backend of the :class:`~sat_theory.team.Team` interface.
+
+Each agent ``j`` is a softmax-logit table ``z_j`` (S, A_j), ``π^(j)(·|s) = softmax(z_j[s])``.
+Two modes:
+
+``exact`` — the infinite-sample limit. ``rollout`` returns an ``exact=True`` batch holding the
+current team policy and its exact evaluation (``d``, ``A``; THEORY §2). ``update`` solves the
+KL-penalized exact surrogate per state (the occupancy weight ``d(s)`` multiplies both terms
+and cancels)::
+
+    π_new(·|s) = argmax_π  Σ_a π(a) g(s,a) − β KL(π_ref(·|s) ‖ π),  g = A_j(s,·)/(1−γ),
+
+with ``A_j`` the agent's marginal advantage (:func:`sat_theory.policy.marginal_advantage`).
+``exact_step="proximal"`` (default) solves it exactly: stationarity gives
+``π(a) = β π_ref(a)/(λ − g(a))`` with the scalar ``λ ∈ [max_a(g_a + β π_ref(a)), max_a g_a + β]``
+fixed by ``Σ_a π(a) = 1`` (bisection) — the penalty is in the trust region's own direction
+(behaviour-to-updated). ``exact_step="npg"`` takes the natural-gradient step of softmax
+policies, ``z ← z_ref + g/β`` (Kakade 2001; the exact maximizer with the KL reversed).
+Backtracking's ``step_scale`` multiplies ``g``.
+
+``sampled`` — ``rollout(B, G)`` draws ``B`` start states from ``ρ0`` and ``G`` episodes from
+each (a group), truncated at the horizon ``H = ⌈log(horizon_tol)/log γ⌉`` (so ``γ^H ≤
+horizon_tol``). Truncation bias, with ``R_max = max|R|``: returns and rewards-to-go are off by
+at most ``γ^{H−t} R_max/(1−γ)``; the KL estimate ``δ̂`` (weights ``(1−γ)γ^t`` that sum to
+``1 − γ^H``) by at most ``γ^H max_s KL_s``; the surrogate estimate ``L̂`` of the algorithm by at
+most ``2 γ^H R_max/(1−γ) · (2/(1−γ) + H)`` (missing tail steps, each at most
+``2γ^t A_max`` with ``A_max ≤ 2R_max/(1−γ)``, plus the truncated ``G_t`` on every kept step);
+the batch reports this last bound as ``extra["truncation_bias"]``. ``update`` runs ``epochs``
+full-batch Adam steps (learning rate ``lr · step_scale``) on the clipped surrogate with the
+per-turn advantages plus ``β · δ̂(θ)``, on the agent's visited states; the gradient per turn
+at state ``s``, action ``a``, ratio ``r`` is ``1{unclipped} Ã r (e_a − π_s)/N −
+β (1−γ)γ^t (π_s − π_ref,s)/N``.
+
+Both modes evaluate the team exactly (``evaluate`` = ``J``) and provide the oracle hooks
+``exact_step_terms`` / ``exact_stage_terms`` (THEORY §4 terms of the step/stage just taken).
+Evaluations are cached by per-agent parameter versions, so snapshots and restores reuse them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.special import log_softmax, softmax
+
+from .certificates import stage_certificate
+from .errors import InputError
+from .evaluate import Evaluation, evaluate
+from .mdp import FactorizedMDP
+from .policy import (
+    TeamPolicy,
+    expected_advantage,
+    factor_kl,
+    factor_tv,
+    kl_rows,
+    marginal_advantage,
+)
+from .team import Batch, Episode, Turn, TurnArrays
+
+__all__ = ["TabularTeam", "horizon_for", "proximal_step"]
+
+MODES = ("exact", "sampled")
+EXACT_STEPS = ("proximal", "npg")
+
+
+def horizon_for(gamma: float, tol: float) -> int:
+    """Smallest ``H`` with ``γ^H ≤ tol``: ``⌈log(tol)/log(γ)⌉``."""
+    if not (0 < tol < 1):
+        raise InputError(f"horizon_tol must lie in (0, 1), got {tol}")
+    return max(1, math.ceil(math.log(tol) / math.log(gamma)))
+
+
+def proximal_step(p: np.ndarray, g: np.ndarray, beta: float, iters: int = 200) -> np.ndarray:
+    """Rows ``π = argmax_π Σ_a π_a g_a − β KL(p‖π)`` for (M, A) ``p`` and ``g``.
+
+    ``π_a = β p_a/(λ − g_a)`` with ``λ`` the root of ``Σ_a β p_a/(λ − g_a) = 1`` in
+    ``[max_a(g_a + β p_a), max_a g_a + β]`` (the sum is ``≥ 1`` at the left end, ``≤ 1`` at the
+    right end and decreasing between); bisection, then rows renormalized. ``p_a = 0`` gives
+    ``π_a = 0``.
+    """
+    lo = (g + beta * p).max(axis=1)
+    hi = g.max(axis=1) + beta
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            h = np.where(p > 0, beta * p / np.maximum(mid[:, None] - g, 1e-300), 0.0).sum(axis=1)
+        big = h > 1.0
+        lo = np.where(big, mid, lo)
+        hi = np.where(big, hi, mid)
+        if np.all(hi - lo <= 1e-15 * np.maximum(1.0, np.abs(hi))):
+            break
+    lam = hi  # h(hi) ≤ 1: every denominator positive
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pi = np.where(p > 0, beta * p / np.maximum(lam[:, None] - g, 1e-300), 0.0)
+    return pi / pi.sum(axis=1, keepdims=True)
+
+
+class TabularTeam:
+    """A team of softmax-logit agents on a :class:`FactorizedMDP` (module docstring)."""
+
+    def __init__(self, mdp: FactorizedMDP, policy: TeamPolicy | None = None, *,
+                 mode: str = "exact", seed: int = 0, exact_step: str = "proximal",
+                 lr: float = 0.1, epochs: int = 10, clip_eps: float = 0.2,
+                 horizon: int | None = None, horizon_tol: float = 1e-3, n_probe: int = 500):
+        if mode not in MODES:
+            raise InputError(f"unknown mode {mode!r}; choose exact or sampled")
+        if exact_step not in EXACT_STEPS:
+            raise InputError(f"unknown exact_step {exact_step!r}; choose proximal or npg")
+        self.mdp = mdp
+        self.mode = mode
+        self.exact_step = exact_step
+        self.lr, self.epochs, self.clip_eps = float(lr), int(epochs), float(clip_eps)
+        self.n_agents = mdp.n_agents
+        self.gamma = float(mdp.gamma)
+        self.horizon = int(horizon) if horizon is not None else horizon_for(self.gamma, horizon_tol)
+        if self.horizon < 1:
+            raise InputError(f"horizon must be >= 1, got {self.horizon}")
+        self.n_probe = int(n_probe)
+        self.seed = int(seed)
+        self.rng = np.random.default_rng(seed)
+        pol = TeamPolicy.uniform(mdp) if policy is None else policy
+        with np.errstate(divide="ignore"):
+            self.logits = [np.log(np.asarray(f, dtype=np.float64)) for f in pol.factors]
+        self._init = [z.copy() for z in self.logits]
+        self._next_version = 0
+        self._ver = [self._new_version() for _ in range(self.n_agents)]
+        self._cache: OrderedDict = OrderedDict()
+        self._rollout_id = 0
+        self._ctx: dict = {}  # (agent, rollout_id) -> (d, A_j) of the last exact update
+        R_max = float(np.abs(mdp.R).max())
+        self.R_max = R_max
+        #: a-priori |A| bound (reward units): |Q − V| ≤ 2 R_max/(1−γ)
+        self.advantage_bound = 2.0 * R_max / (1.0 - self.gamma)
+        self._P_csr = None
+
+    # ---------------------------------------------------------------- helpers
+    def _new_version(self) -> int:
+        self._next_version += 1
+        return self._next_version
+
+    def factor(self, j: int, logits: np.ndarray | None = None) -> np.ndarray:
+        return softmax(self.logits[j] if logits is None else logits, axis=1)
+
+    @property
+    def policy(self) -> TeamPolicy:
+        return TeamPolicy.from_logits(self.logits)
+
+    def _policy_of(self, logits: list[np.ndarray]) -> TeamPolicy:
+        return TeamPolicy.from_logits(logits)
+
+    def _eval(self, versions: tuple, logits: list[np.ndarray]) -> Evaluation:
+        ev = self._cache.get(versions)
+        if ev is None:
+            ev = evaluate(self.mdp, self._policy_of(logits))
+            self._cache[versions] = ev
+            if len(self._cache) > 64:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(versions)
+        return ev
+
+    def _eval_now(self) -> Evaluation:
+        return self._eval(tuple(self._ver), self.logits)
+
+    def _set(self, j: int, logits: np.ndarray, version: int | None = None) -> None:
+        self.logits[j] = np.asarray(logits, dtype=np.float64)
+        self._ver[j] = self._new_version() if version is None else version
+
+    # ------------------------------------------------------------ Team protocol
+    def snapshot(self, agent: int):
+        return (self.logits[agent].copy(), self._ver[agent])
+
+    def restore(self, agent: int, snap) -> None:
+        self._set(agent, snap[0].copy(), snap[1])
+
+    def evaluate(self) -> float:
+        return self._eval_now().J
+
+    def replace(self, agent: int, new) -> None:
+        new = np.asarray(new, dtype=np.float64)
+        if new.shape != self.logits[agent].shape:
+            raise InputError(f"replacement for agent {agent} has shape {new.shape}, "
+                             f"expected {self.logits[agent].shape}")
+        self._set(agent, new.copy())
+
+    def rollout(self, n_groups: int, group_size: int) -> Batch:
+        self._rollout_id += 1
+        if self.mode == "exact":
+            ev = self._eval_now()
+            return Batch([], self._rollout_id, extra=dict(
+                policy=self.policy, ev=ev, versions=tuple(self._ver)), exact=True)
+        return self._sample(n_groups, group_size)
+
+    def update(self, agent: int, batch: Batch, advantages, beta: float, reference, *,
+               step_scale: float = 1.0, correction: str = "none") -> dict:
+        if batch.exact:
+            return self._update_exact(agent, batch, beta, reference, step_scale, correction)
+        if advantages is None:
+            raise InputError("sampled batches need advantages")
+        return self._update_sampled(agent, batch, np.asarray(advantages, dtype=np.float64),
+                                    beta, reference, step_scale)
+
+    def kl(self, agent: int, batch: Batch, reference) -> dict:
+        p_ref = self.factor(agent, reference[0])
+        p_now = self.factor(agent)
+        if batch.exact:
+            d, Aj = self._exact_context(agent, batch, "none")
+            kl_s = factor_kl(self.mdp, p_ref, p_now, agent)
+            act = self.mdp.active[:, agent]
+            m = d > 0
+            surrogate = float(d @ np.einsum("sa,sa->s", p_now, Aj)) / (1.0 - self.gamma)
+            return dict(kl=float(d[m] @ kl_s[m]),
+                        kl_max=float(kl_s[act].max()) if act.any() else 0.0,
+                        surrogate=surrogate)
+        ta = batch.arrays(agent)
+        s = ta.context.astype(np.int64)
+        a = ta.action.astype(np.int64)
+        kl_t = kl_rows(p_ref[s], p_now[s])
+        w = (1.0 - self.gamma) * np.power(self.gamma, ta.t.astype(np.float64))
+        logp = log_softmax(self.logits[agent][s], axis=1)[np.arange(s.size), a]
+        return dict(kl=float(w @ kl_t) / max(batch.n_episodes, 1),
+                    kl_max=float(kl_t.max()) if kl_t.size else 0.0, logp=logp)
+
+    # ---------------------------------------------------------------- exact mode
+    def _exact_context(self, agent: int, batch: Batch, correction: str):
+        """(d, A_j) of an exact update: state weights and the agent's marginal advantage."""
+        key = (agent, batch.rollout_id)
+        if correction == "none" and key in self._ctx:
+            return self._ctx[key]
+        ev: Evaluation = batch.extra["ev"]
+        if correction == "trajectory":  # exact IS: the current team's occupancy/advantages
+            ev_now = self._eval_now()
+            d, A, pol = ev_now.d, ev_now.A, self.policy
+        elif correction == "step":  # HAPPO M-factor: stale states, current partners
+            d, A, pol = ev.d, ev.A, self.policy
+        elif correction == "none":
+            d, A, pol = ev.d, ev.A, batch.extra["policy"]
+        else:
+            raise InputError(f"unknown correction {correction!r}")
+        out = (d, marginal_advantage(self.mdp, pol, A, agent))
+        self._ctx[key] = out
+        return out
+
+    def _update_exact(self, agent, batch, beta, reference, step_scale, correction) -> dict:
+        self._ctx.pop((agent, batch.rollout_id), None)
+        d, Aj = self._exact_context(agent, batch, correction)
+        act = self.mdp.active[:, agent]
+        z = reference[0].copy()
+        g = step_scale * Aj[act] / (1.0 - self.gamma)
+        if self.exact_step == "npg":
+            z_new = z[act] + g / beta
+            z[act] = z_new - z_new.max(axis=1, keepdims=True)
+        else:
+            pi = proximal_step(softmax(z[act], axis=1), g, beta)
+            with np.errstate(divide="ignore"):
+                z[act] = np.log(pi)
+        self._set(agent, z)
+        return {}
+
+    # -------------------------------------------------------------- sampled mode
+    def _transition_sampler(self):
+        if self._P_csr is None:
+            P = self.mdp.P_rows()
+            P = P if sp.issparse(P) else sp.csr_matrix(P)
+            cum = np.cumsum(P.data)
+            self._P_csr = (P, cum)
+        return self._P_csr
+
+    def _sample(self, B: int, G: int) -> Batch:
+        mdp, rng, H, n = self.mdp, self.rng, self.horizon, self.n_agents
+        N = B * G
+        S, K = mdp.n_states, mdp.n_joint
+        P, cum = self._transition_sampler()
+        starts = rng.choice(S, size=B, p=mdp.rho0)
+        s = np.repeat(starts, G)
+        group = np.repeat(np.arange(B), G)
+        states = np.empty((N, H), np.int64)
+        acts = np.zeros((N, H, n), np.int64)
+        logps = np.zeros((N, H, n))
+        rew = np.empty((N, H))
+        cdfs = [np.cumsum(self.factor(j), axis=1) for j in range(n)]
+        logf = [log_softmax(self.logits[j], axis=1) for j in range(n)]
+        counts = np.array(mdp.action_counts)
+        for t in range(H):
+            states[:, t] = s
+            act_mask = mdp.active[s]  # (N, n)
+            for j in range(n):
+                u = rng.random(N)
+                a = np.minimum((cdfs[j][s] < u[:, None]).sum(axis=1), counts[j] - 1)
+                a = np.where(act_mask[:, j], a, 0)
+                acts[:, t, j] = a
+                logps[:, t, j] = np.where(act_mask[:, j], logf[j][s, a], 0.0)
+            if mdp.kind == "turn":
+                k = acts[np.arange(N), t, mdp.turn[s]]
+            else:
+                k = np.ravel_multi_index(tuple(acts[:, t, j] for j in range(n)), tuple(counts))
+            rew[:, t] = mdp.R[s, k]
+            rows = s * K + k
+            start, end = P.indptr[rows], P.indptr[rows + 1]
+            base = np.where(start > 0, cum[np.maximum(start - 1, 0)], 0.0)
+            total = cum[end - 1] - base
+            idx = np.searchsorted(cum, base + rng.random(N) * total, side="right")
+            idx = np.clip(idx, start, end - 1)
+            s = P.indices[idx]
+        disc = self.gamma ** np.arange(H)
+        # rewards-to-go G_t = Σ_{u≥t} γ^{u−t} r_u (backward recursion)
+        rtg = np.empty_like(rew)
+        acc = np.zeros(N)
+        for t in range(H - 1, -1, -1):
+            acc = rew[:, t] + self.gamma * acc
+            rtg[:, t] = acc
+        ret = rew @ disc
+        active = mdp.active[states]  # (N, H, n)
+        episodes = []
+        for e in range(N):
+            turns = [Turn(int(j), int(states[e, t]), int(acts[e, t, j]), float(logps[e, t, j]),
+                          int(t), float(rtg[e, t]))
+                     for t in range(H) for j in np.flatnonzero(active[e, t])]
+            episodes.append(Episode(int(group[e]), turns, float(ret[e])))
+        batch = Batch(episodes, self._rollout_id, extra=dict(
+            horizon=H, truncation_bias=self.truncation_bias(),
+            versions=tuple(self._ver)))
+        for j in range(n):
+            e_idx, t_idx = np.nonzero(active[:, :, j])
+            batch._arrays[j] = TurnArrays(
+                episode=e_idx, t=t_idx, logp=logps[e_idx, t_idx, j],
+                reward_to_go=rtg[e_idx, t_idx], context=states[e_idx, t_idx],
+                action=acts[e_idx, t_idx, j])
+        return batch
+
+    def truncation_bias(self) -> float:
+        """Bound on ``|E L̂ − L|`` from the horizon: ``2γ^H R_max/(1−γ) · (2/(1−γ) + H)``."""
+        g, H = self.gamma, self.horizon
+        return 2.0 * g ** H * self.R_max / (1.0 - g) * (2.0 / (1.0 - g) + H)
+
+    def _update_sampled(self, agent, batch, adv, beta, reference, step_scale) -> dict:
+        ta = batch.arrays(agent)
+        s = ta.context.astype(np.int64)
+        a = ta.action.astype(np.int64)
+        M = s.size
+        N = max(batch.n_episodes, 1)
+        z = reference[0].copy()
+        if M == 0:
+            self._set(agent, z)
+            return dict(ratio_clip_frac=0.0)
+        p_ref = softmax(z[s], axis=1)
+        wkl = (1.0 - self.gamma) * np.power(self.gamma, ta.t.astype(np.float64)) / N
+        onehot = np.zeros_like(p_ref)
+        onehot[np.arange(M), a] = 1.0
+        m1 = np.zeros_like(z)
+        m2 = np.zeros_like(z)
+        b1, b2, eps = 0.9, 0.999, 1e-8
+        lr = self.lr * step_scale
+        ce = self.clip_eps
+        for it in range(1, self.epochs + 1):
+            pi = softmax(z[s], axis=1)
+            r = np.exp(np.log(pi[np.arange(M), a]) - ta.logp)
+            live = np.where(adv >= 0, r <= 1 + ce, r >= 1 - ce)
+            coef = live * adv * r / N
+            gturn = coef[:, None] * (onehot - pi) - beta * wkl[:, None] * (pi - p_ref)
+            grad = np.zeros_like(z)
+            np.add.at(grad, s, gturn)
+            m1 = b1 * m1 + (1 - b1) * grad
+            m2 = b2 * m2 + (1 - b2) * grad * grad
+            step = lr * (m1 / (1 - b1 ** it)) / (np.sqrt(m2 / (1 - b2 ** it)) + eps)
+            z = z + step  # ascent; unvisited rows have zero gradient and stay put
+        self._set(agent, z)
+        pi = softmax(z[s], axis=1)
+        r = np.exp(np.log(pi[np.arange(M), a]) - ta.logp)
+        return dict(ratio_clip_frac=float(np.mean((r > 1 + ce) | (r < 1 - ce))))
+
+    # ------------------------------------------------------------- oracle hooks
+    def exact_step_terms(self, agent: int, reference, stage_start) -> dict:
+        """Exact THEORY §4 terms of the step just taken by ``agent`` (from ``reference`` to
+        its current factor), with ``π̂^{i−1}`` = the current team with the reference factor,
+        ``π̂^i`` = the current team and ``π̂^0`` = ``stage_start`` (all agents' snapshots)."""
+        mdp, g = self.mdp, self.gamma
+        prev_logits = list(self.logits)
+        prev_logits[agent] = reference[0]
+        prev_ver = list(self._ver)
+        prev_ver[agent] = reference[1]
+        ev_prev = self._eval(tuple(prev_ver), prev_logits)
+        ev_now = self._eval_now()
+        ev0 = self._eval(tuple(sn[1] for sn in stage_start), [sn[0] for sn in stage_start])
+        p_ref, p_now = self.factor(agent, reference[0]), self.factor(agent)
+        kl = factor_kl(mdp, p_ref, p_now, agent)
+        act = mdp.active[:, agent]
+        f = expected_advantage(ev_now.pi, ev_prev.A)
+        m = ev_prev.d > 0
+        return dict(
+            L_seq=float(ev_prev.d @ f) / (1 - g), L_stale=float(ev0.d @ f) / (1 - g),
+            delta=float(ev_prev.d[m] @ kl[m]),
+            delta_max=float(kl[act].max()) if act.any() else 0.0,
+            tv=float(ev_prev.d @ factor_tv(mdp, p_ref, p_now, agent)),
+            A_max=ev_prev.A_max, f_inf=float(np.abs(f).max()),
+            true_gain=ev_now.J - ev_prev.J, J=ev_now.J)
+
+    def exact_stage_terms(self, stage_start, order) -> dict:
+        """:func:`stage_certificate` of stage-start → now in ``order`` (as a dict)."""
+        cur = self._policy_of([sn[0] for sn in stage_start])
+        cert = stage_certificate(self.mdp, cur, self.policy, order)
+        return cert.to_dict()
+
+    # ------------------------------------------------------------- plug-and-play
+    def new_agent(self, agent: int, kind: str, seed: int) -> np.ndarray:
+        """Logits of a replacement for ``agent``: ``random`` (Gaussian logits) or
+        ``stronger`` — trained elsewhere: 30 exact natural-gradient iterations of this agent
+        alone against a random team of partners, i.e. a competent agent that never saw this
+        team's conventions (the tabular analogue of a stronger pretrained model)."""
+        rng = np.random.default_rng(seed)
+        shape = self.logits[agent].shape
+        if kind == "random":
+            return rng.standard_normal(shape)
+        if kind != "stronger":
+            raise InputError(f"unknown replacement kind {kind!r}; choose stronger or random")
+        partners = [rng.standard_normal(z.shape) for z in self.logits]
+        act = self.mdp.active[:, agent]
+        for _ in range(30):
+            pol = TeamPolicy.from_logits(partners)
+            ev = evaluate(self.mdp, pol)
+            Aj = marginal_advantage(self.mdp, pol, ev.A, agent)
+            z = partners[agent]
+            z[act] = z[act] + Aj[act] / max(ev.A_max, 1e-12)
+        return partners[agent]
+
+    def align(self, agent: int, new, delta_align: float, form: str):
+        """Stage-0 alignment of ``new`` (logits) toward the current agent (THEORY §5).
+
+        Probe states: ``n_probe`` draws from the current team's exact occupancy, restricted to
+        states where the agent acts. ``distill``: TeamTR reverse-KL distillation with early stop
+        at ``δ_align`` (:func:`sat_theory.stage0.align_distill`); ``project``: SAT's geometric
+        projection of the new factor onto ``KL_s(π‖π_cur) ≤ δ_align`` at every state
+        (:func:`sat_theory.stage0.project_geometric`). Returns the aligned logits and the
+        exact ``E_d KL_s(π_cur‖π_aligned)`` (the certificate's direction) among its info."""
+        from .stage0 import align_distill, probe_distribution, project_geometric
+
+        p_old = self.factor(agent)
+        p_new = softmax(np.asarray(new, dtype=np.float64), axis=1)
+        ev = self._eval_now()
+        act = self.mdp.active[:, agent]
+        d_act = np.where(act, ev.d, 0.0)
+        rng = np.random.default_rng(self.seed + 104729)
+        info: dict = {}
+        if form == "distill":
+            nu = probe_distribution(d_act, self.n_probe, rng)
+            q, trace = align_distill(p_old, p_new, nu, delta_align)
+            info.update(steps=trace.steps, kl_probe=float(trace.kl[-1]),
+                        converged=trace.converged)
+        elif form == "project":
+            res = project_geometric(p_new, p_old, delta_align, constraint="sat")
+            q = res.pi
+            info.update(kl_new_cur_max=float(res.kl_new_cur[act].max()) if act.any() else 0.0)
+        else:
+            raise InputError(f"unknown Stage-0 form {form!r}; choose distill or project")
+        kl = factor_kl(self.mdp, p_old, q, agent)
+        info["kl_exact"] = float(ev.d @ np.where(np.isfinite(kl), kl, 0.0)) if np.all(
+            np.isfinite(kl[ev.d > 0])) else float("inf")
+        info["kl_before"] = float(ev.d @ factor_kl(self.mdp, p_old, p_new, agent))
+        with np.errstate(divide="ignore"):
+            return np.log(q), info
+
+    def reset(self, agents) -> None:
+        for k in agents:
+            self._set(k, self._init[k].copy())
+
+    def save(self, path: str) -> None:
+        """The current team policy in the core's ``.npz`` format (``pi_0 … pi_{n−1}``)."""
+        self.policy.save(path)
