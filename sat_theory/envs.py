@@ -19,6 +19,10 @@ Named toy MDPs (:data:`NAMED`, :func:`named_mdp`), each with values derivable by
   state, action 0 stays; reward 1 at state 1 for any action.
 - ``coordination``: two simultaneous agents, two states; matching actions move to the
   paying state. Where naive (stale) sequential updates mislead, see the verify suite.
+- ``naive_reuse``: the saved counterexample of ``sat verify``'s naive_reuse_counterexample
+  (turn-taking, 3 states, 2 agents: a router and a branch agent), loaded from
+  ``sat_theory/data/naive_reuse.npz``; its policies via
+  ``sat_theory.verify.bounds.load_naive_reuse()``.
 """
 
 from __future__ import annotations
@@ -156,7 +160,24 @@ def _coordination(gamma: float = 0.9) -> FactorizedMDP:
     return FactorizedMDP.factored(P, R, [1.0, 0.0], gamma, name="coordination")
 
 
-NAMED = {"bandit": _bandit, "chain": _chain, "two_state": _two_state, "coordination": _coordination}
+def _naive_reuse(gamma: float | None = None) -> FactorizedMDP:
+    # The saved naive-reuse counterexample of the verify suite (router + two branches,
+    # turn-taking, S=3, n=2): see sat_theory/verify/bounds.py and
+    # experiments/counterexamples/naive_reuse.py. Its policies (current, naive targets,
+    # intermediate-occupancy targets, order) are in the same file:
+    # sat_theory.verify.bounds.load_naive_reuse(). The counterexample holds at the stored γ.
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "data", "naive_reuse.npz")
+    mdp = FactorizedMDP.load(path)
+    if gamma is None:
+        return mdp
+    return FactorizedMDP.turn_taking(mdp.P, mdp.R, mdp.turn, mdp.n_agents, mdp.rho0, gamma,
+                                     name=mdp.name)
+
+
+NAMED = {"bandit": _bandit, "chain": _chain, "two_state": _two_state, "coordination": _coordination,
+         "naive_reuse": _naive_reuse}
 
 
 def named_mdp(name: str, gamma: float | None = None) -> FactorizedMDP:
