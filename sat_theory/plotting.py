@@ -34,7 +34,8 @@ __all__ = ["METHOD_COLORS", "METHOD_LABELS", "BOUND_COLORS", "BOUND_LABELS", "pa
            "spearman", "plot_training_curves", "plot_kl_distribution",
            "plot_certificate_tracking", "plot_certificate_vs_improvement", "plot_stale_gap",
            "plot_n_scaling", "plot_violation_rate", "plot_certificate_ladder",
-           "plot_order_sensitivity", "plot_is_degeneracy", "plot_plug_and_play", "plot_run"]
+           "plot_order_sensitivity", "plot_is_degeneracy", "plot_plug_and_play", "plot_run",
+           "plot_runs"]
 
 #: one color per method, shared by every figure (colorblind-safe Okabe–Ito palette)
 METHOD_COLORS = {
@@ -109,20 +110,29 @@ def _float(x):
 
 
 def read_metrics(path: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(steps, stages)`` frames from one ``metrics.jsonl`` (records of other kinds are
-    ignored). Stage records keep ``order`` as a list."""
+    """``(steps, stages)`` frames from one ``metrics.jsonl`` (a folder is read as
+    ``folder/metrics.jsonl``). Records of other kinds are ignored; a torn last line (a killed
+    run) is skipped. Stage records keep ``order`` as a list."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "metrics.jsonl"
     steps, stages = [], []
-    with open(path) as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
+    lines = path.read_text().split("\n")
+    for k, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if k >= len(lines) - 2:
                 continue
-            rec = {k: _float(v) for k, v in json.loads(line).items()}
-            kind = rec.get("kind")
-            if kind == "step":
-                steps.append(rec)
-            elif kind == "stage":
-                stages.append(rec)
+            raise
+        rec = {key: _float(v) for key, v in rec.items()}
+        kind = rec.get("kind")
+        if kind == "step":
+            steps.append(rec)
+        elif kind == "stage":
+            stages.append(rec)
     return pd.DataFrame(steps), pd.DataFrame(stages)
 
 
@@ -539,27 +549,36 @@ def plot_plug_and_play(df: pd.DataFrame, swap_stage: int, *, ax=None, ylabel="te
     return fig or ax.figure
 
 
-# ------------------------------------------------------------------ one run directory
-def plot_run(run_dir: Path | str, out: Path | str | None = None) -> list[Path]:
-    """``sat plot RUN_DIR``: the run-log figures of one run, written to ``out`` (default
-    ``RUN_DIR/plots``). Figures whose columns the log lacks are skipped."""
-    run_dir = Path(run_dir)
-    out = Path(out) if out is not None else run_dir / "plots"
-    steps, stages = load_runs([run_dir])
-    cfg = read_config(run_dir)
-    delta = _flat(cfg, "delta")
+# ------------------------------------------------------------------ run directories
+def plot_runs(run_dirs, out: Path | str, *, delta: float | None = None) -> list[Path]:
+    """``sat plot``: the run-log figures of one or more runs (several runs are drawn together,
+    one line per method, mean ± std over seeds), written to ``out``. Figures whose columns
+    the logs lack are skipped."""
+    run_dirs = [Path(d) for d in run_dirs]
+    steps, stages = load_runs(run_dirs)
+    if delta is None:
+        d = _flat(read_config(run_dirs[0]), "delta")
+        delta = float(d) if isinstance(d, int | float) else None
     written = []
     with paper_style():
         if not stages.empty and {"J_before", "J_after"} <= set(stages.columns):
             written += save_figure(plot_training_curves(stages), out, "training_curve")
         if not steps.empty and "kl" in steps.columns:
-            written += save_figure(plot_kl_distribution(
-                steps, float(delta) if isinstance(delta, int | float) else None), out, "kl_distribution")
+            written += save_figure(plot_kl_distribution(steps, delta), out, "kl_distribution")
         if not stages.empty and {"true_improvement", "lower_bound"} <= set(stages.columns):
-            written += save_figure(plot_certificate_tracking(stages), out, "certificate_tracking")
-            written += save_figure(plot_certificate_vs_improvement(stages), out,
-                                   "certificate_vs_improvement")
-        if not steps.empty and {"L_seq", "L_stale"} <= set(steps.columns) and steps.step.max() >= 2:
-            within = tuple(i for i in (2, 3) if i <= steps.step.max())
-            written += save_figure(plot_stale_gap(steps, within=within), out, "stale_gap")
+            ok = stages.dropna(subset=["true_improvement", "lower_bound"])
+            if not ok.empty:
+                written += save_figure(plot_certificate_tracking(ok), out, "certificate_tracking")
+                written += save_figure(plot_certificate_vs_improvement(ok), out,
+                                       "certificate_vs_improvement")
+        if not steps.empty and {"L_seq", "L_stale"} <= set(steps.columns):
+            ok = steps.dropna(subset=["L_seq", "L_stale"])
+            within = tuple(i for i in (2, 3) if not ok.empty and i <= ok.step.max())
+            if within:
+                written += save_figure(plot_stale_gap(ok, within=within), out, "stale_gap")
     return written
+
+
+def plot_run(run_dir: Path | str, out: Path | str | None = None) -> list[Path]:
+    """The run-log figures of one run directory, in ``out`` (default ``RUN_DIR/plots``)."""
+    return plot_runs([run_dir], Path(out) if out is not None else Path(run_dir) / "plots")

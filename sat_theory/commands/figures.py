@@ -1,0 +1,113 @@
+"""``sat figures [--quick] [--out DIR] [--only NAME[,NAME...]] [--seeds N]``.
+
+Runs the study scripts of ``experiments/`` (one per figure or table of the two papers), each
+writing its CSV, PNG and PDF to ``--out``, then writes ``REPORT.md`` there from the CSVs
+(:mod:`experiments.report`). The wall time of every study is recorded in ``timings.json`` and
+reported. The scripts live in the source checkout (``experiments/`` next to ``sat_theory/``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+
+from ..errors import InputError
+
+#: every study, in the order they run (cheap exact studies first, training-based after)
+STUDIES = (
+    "fig_n_scaling",
+    "fig_violation_rate",
+    "fig_certificate_ladder",
+    "fig_order_sensitivity",
+    "fig_is_degeneracy",
+    "fig_stale_gap",
+    "fig_training_curves",
+    "fig_kl_distribution",
+    "fig_certificate_tracking",
+    "fig_certificate_vs_improvement",
+    "fig_plug_and_play",
+    "table_ablations",
+)
+
+
+def add_arguments(p):
+    p.add_argument("--quick", action="store_true",
+                   help="small settings: every study in a few minutes in total")
+    p.add_argument("--out", default="figures", help="output directory (default: figures/)")
+    p.add_argument("--only", default=None,
+                   help=f"comma-separated studies to run (default: all): {', '.join(STUDIES)}")
+    p.add_argument("--seeds", type=int, default=None,
+                   help="seeds per study (default: the study's quick/full setting)")
+    p.add_argument("--no-report", action="store_true", help="do not (re)write REPORT.md")
+
+
+def experiments_root() -> Path:
+    """The source checkout holding ``experiments/`` (``sat_theory``'s parent folder)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "experiments" / "__init__.py").exists():
+        raise InputError(f"experiments/ not found next to sat_theory/ (looked in {root}); "
+                         "run `sat figures` from a source checkout installed with `pip install -e .`")
+    return root
+
+
+def import_study(name: str):
+    root = str(experiments_root())
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    return importlib.import_module(f"experiments.{name}")
+
+
+def selected(only: str | None) -> list[str]:
+    if only is None:
+        return list(STUDIES)
+    names = [x.strip() for x in only.split(",") if x.strip()]
+    unknown = [x for x in names if x not in STUDIES]
+    if unknown or not names:
+        raise InputError(f"unknown study {', '.join(unknown) or repr(only)}; "
+                         f"choose from {', '.join(STUDIES)}")
+    return names
+
+
+def run(args) -> int:
+    if args.seeds is not None and args.seeds < 1:
+        raise InputError(f"--seeds must be >= 1, got {args.seeds}")
+    names = selected(args.only)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    common = import_study("common")
+    opts = common.Options(out=out, quick=args.quick, seeds=args.seeds)
+    tpath = out / "timings.json"
+    timings = json.loads(tpath.read_text()) if tpath.exists() else {}
+    timings.setdefault("studies", {})
+    failed = []
+    t_all = time.perf_counter()
+    for name in names:
+        t0 = time.perf_counter()
+        print(f"[{name}] running ...", flush=True)
+        try:
+            paths = import_study(name).run(opts)
+        except InputError:
+            raise
+        except Exception as e:  # keep going: one broken study must not lose the others
+            print(f"[{name}] FAILED: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            failed.append(name)
+            continue
+        dt = time.perf_counter() - t0
+        timings["studies"][name] = {"seconds": round(dt, 2), "quick": bool(args.quick),
+                                    "seeds": args.seeds}
+        print(f"[{name}] {dt:.1f} s: " + ", ".join(p.name for p in paths), flush=True)
+    total = time.perf_counter() - t_all
+    timings["last_invocation"] = {"studies": names, "seconds": round(total, 2),
+                                  "quick": bool(args.quick), "seeds": args.seeds}
+    tpath.write_text(json.dumps(timings, indent=2, sort_keys=True) + "\n")
+    if not args.no_report:
+        report = import_study("report").write_report(out)
+        print(f"wrote {report}")
+    print(f"sat figures: {len(names) - len(failed)}/{len(names)} studies in {total:.1f} s -> {out}")
+    if failed:
+        print(f"sat figures: failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
