@@ -34,7 +34,7 @@ class CheckResult:
     violations: int
     passed: bool
     min_slack: float | None = None  # min over cases of (true − bound), or bound − true for upper bounds
-    tightness: float | None = None  # typical bound / true value, where meaningful
+    tightness: float | None = None  # median bound / true value, where meaningful (1 = tight)
     findings: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -84,15 +84,31 @@ def load_checks() -> dict[str, Check]:
     return CHECKS
 
 
-def run_checks(names=None, *, quick: bool = False, seed: int = 0, progress=None) -> list[CheckResult]:
-    """Run the named checks (default all) and time each one."""
+def run_checks(names=None, *, quick: bool = False, seed: int = 0, progress=None,
+               catch: bool = True) -> list[CheckResult]:
+    """Run the named checks (default all, in registration order) and time each one.
+
+    ``progress(result)`` is called after each check. With ``catch`` a check that raises is
+    reported as failed (one violation, the exception in ``findings``) instead of aborting the
+    run; ``catch=False`` lets the exception propagate (for debugging).
+    """
     checks = load_checks()
     names = list(checks) if names is None else list(names)
+    unknown = [n for n in names if n not in checks]
+    if unknown:
+        raise KeyError(f"unknown check(s): {', '.join(unknown)}")
     out = []
     for name in names:
         c = checks[name]
         t0 = time.perf_counter()
-        res = c.fn(quick=quick, seed=seed, mutation=None)
+        try:
+            res = c.fn(quick=quick, seed=seed, mutation=None)
+        except Exception as e:  # a crashing check is a failed check, not a crashed suite
+            if not catch:
+                raise
+            res = CheckResult(name=name, reference=c.reference, section=c.section, cases=0,
+                              violations=1, passed=False,
+                              findings=[f"error: {type(e).__name__}: {e}"])
         res.seconds = time.perf_counter() - t0
         out.append(res)
         if progress is not None:
