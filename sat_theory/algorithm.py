@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InputError
-from .estimators import group_advantages
+from .estimators import empirical_stage_bound, group_advantages, sat_finite_sample_term
 from .team import Batch, Team
 
 __all__ = ["TrainConfig", "METHODS", "ORDERS", "OCCUPANCIES", "TRUST_REGIONS", "RunState",
@@ -261,29 +261,25 @@ def stage_lower_bound(L, delta, zeta, gamma: float, A_max: float) -> float:
 
 
 def empirical_certificate(L_hat, delta_hat, zeta, N, gamma: float, A_max: float,
-                          A_clip: float, eps_w: float, delta_conf: float) -> float:
-    """TeamTR Thm E.10 (THEORY §6):
+                          A_clip: float, eps_w: float, delta_conf: float) -> float | None:
+    """TeamTR Thm E.10 (THEORY §6) via :func:`sat_theory.estimators.empirical_stage_bound`:
     ``Σ L̂_i − c Σ √δ_i − Σ ζ_i/(1−γ) − Σ (1+ε_w) A_clip/(1−γ) √(2 log(2n/δ_conf)/N_i)
-    − Σ A_clip/(1−γ) √(2δ_i)``."""
+    − Σ A_clip/(1−γ) √(2δ_i)``; ``None`` when ``γ ≥ 1``."""
     if gamma >= 1:
-        return float("nan")
-    n = len(L_hat)
-    N = np.maximum(np.asarray(N, dtype=np.float64), 1.0)
-    d = np.maximum(np.asarray(delta_hat, dtype=np.float64), 0.0)
-    hoeff = (1 + eps_w) * A_clip / (1 - gamma) * np.sqrt(2 * math.log(2 * n / delta_conf) / N)
-    ratio = A_clip / (1 - gamma) * np.sqrt(2 * d)
-    return stage_lower_bound(L_hat, d, zeta, gamma, A_max) - float(hoeff.sum() + ratio.sum())
+        return None
+    return empirical_stage_bound(L_hat, np.maximum(delta_hat, 0.0), np.maximum(N, 1),
+                                 gamma=gamma, A_max=A_max, A_clip=A_clip, eps_w=eps_w,
+                                 delta_conf=delta_conf, zeta=zeta)
 
 
 def empirical_certificate_sat(L_hat, delta_hat, zeta, N, gamma: float, A_max: float,
-                              delta_conf: float) -> float:
-    """The stage bound with SAT's finite-sample term ``Σ A_max/(1−γ) √(log(2n/δ_conf)/(2N_i))``."""
+                              delta_conf: float) -> float | None:
+    """The stage bound minus SAT's finite-sample term ``Σ A_max/(1−γ) √(log(2n/δ_conf)/(2N_i))``
+    (:func:`sat_theory.estimators.sat_finite_sample_term`); ``None`` when ``γ ≥ 1``."""
     if gamma >= 1:
-        return float("nan")
-    n = len(L_hat)
-    N = np.maximum(np.asarray(N, dtype=np.float64), 1.0)
-    fs = A_max / (1 - gamma) * np.sqrt(math.log(2 * n / delta_conf) / (2 * N))
-    return stage_lower_bound(L_hat, delta_hat, zeta, gamma, A_max) - float(fs.sum())
+        return None
+    return stage_lower_bound(L_hat, delta_hat, zeta, gamma, A_max) - sat_finite_sample_term(
+        np.maximum(N, 1), gamma=gamma, A_max=A_max, delta_conf=delta_conf)
 
 
 def choose_order(kind: str, n: int, rng: np.random.Generator, fixed: tuple | None = None) -> list[int]:
@@ -491,7 +487,7 @@ class _Stage:
             zeta_ratio=extra.get("zeta_ratio"), zeta_trunc=zeta_trunc,
             # L̂ is unbiased but for the horizon truncation (module docstring)
             zeta=zeta_trunc * (1 - gamma) if gamma < 1 else 0.0,
-            ess=extra.get("ess"), w_max=extra.get("w_max"), m_factor_mean=extra.get("m_factor_mean"),
+            ess=extra.get("ess", upd.get("ess")), w_max=extra.get("w_max"), m_factor_mean=extra.get("m_factor_mean"),
         )
         for k in ("L_seq", "L_stale", "delta", "delta_max", "tv", "A_max", "f_inf", "true_gain"):
             rec[k] = None

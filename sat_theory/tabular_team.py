@@ -47,6 +47,7 @@ from scipy.special import log_softmax, softmax
 
 from .certificates import stage_certificate
 from .errors import InputError
+from .estimators import importance_weight_ess
 from .evaluate import Evaluation, evaluate
 from .mdp import FactorizedMDP
 from .policy import (
@@ -246,6 +247,10 @@ class TabularTeam:
     def _update_exact(self, agent, batch, beta, reference, step_scale, correction) -> dict:
         self._ctx.pop((agent, batch.rollout_id), None)
         d, Aj = self._exact_context(agent, batch, correction)
+        out = {}
+        if correction == "trajectory":
+            # exact ESS/B of the trajectory weights π̂^{i−1}/π̂^0 this correction stands for
+            out["ess"] = importance_weight_ess(self.mdp, batch.extra["policy"], self.policy)
         act = self.mdp.active[:, agent]
         z = reference[0].copy()
         g = step_scale * Aj[act] / (1.0 - self.gamma)
@@ -257,7 +262,7 @@ class TabularTeam:
             with np.errstate(divide="ignore"):
                 z[act] = np.log(pi)
         self._set(agent, z)
-        return {}
+        return out
 
     # -------------------------------------------------------------- sampled mode
     def _transition_sampler(self):
