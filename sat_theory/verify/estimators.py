@@ -38,27 +38,42 @@ TOL = 1e-9
 # ------------------------------------------------------------------ result bookkeeping
 @dataclass
 class Tally:
-    """Accumulates per-case slacks (``≥ 0`` when the statement holds) into a CheckResult."""
+    """Accumulates inequalities ``slack ≥ 0`` (the statement holds) into a CheckResult.
+
+    :meth:`begin` opens a case; :meth:`record` adds one inequality to the open case. A case is
+    violated when any of its inequalities fails; ``min_slack`` is over the ``main``
+    inequalities (identities checked alongside have slack ``−|error|`` and are left out).
+    """
 
     name: str
     cases: int = 0
     violations: int = 0
+    inequalities: int = 0
     slacks: list = field(default_factory=list)
     tightness: list = field(default_factory=list)
     findings: list = field(default_factory=list)
     first_violation: str | None = None
+    _open_failed: bool = False
+
+    def begin(self) -> None:
+        self.cases += 1
+        self._open_failed = False
 
     def record(self, slack: float, *, scale: float = 1.0, label: str = "",
-               tightness: float | None = None, count_case: bool = True) -> bool:
-        """Record one inequality ``slack ≥ 0`` (with roundoff ``TOL·(1+scale)``); return whether it held."""
-        if count_case:
-            self.cases += 1
+               tightness: float | None = None, main: bool = True) -> bool:
+        """Record ``slack ≥ 0`` (with roundoff ``TOL·(1+|scale|)``); return whether it held."""
+        if self.cases == 0:
+            self.begin()
+        self.inequalities += 1
         ok = bool(slack >= -TOL * (1.0 + abs(scale)))
-        self.slacks.append(float(slack))
+        if main:
+            self.slacks.append(float(slack))
         if tightness is not None and np.isfinite(tightness):
             self.tightness.append(float(tightness))
         if not ok:
-            self.violations += 1
+            if not self._open_failed:
+                self.violations += 1
+                self._open_failed = True
             if self.first_violation is None:
                 self.first_violation = f"{label}: slack {slack:.3g}"
         return ok
@@ -66,6 +81,7 @@ class Tally:
     def result(self, extra_findings=()) -> CheckResult:
         c = CHECKS[self.name]
         findings = list(self.findings) + list(extra_findings)
+        findings.insert(0, f"{self.inequalities} inequalities/identities over {self.cases} cases")
         if self.first_violation:
             findings.insert(0, f"first violation: {self.first_violation}")
         return CheckResult(
@@ -200,6 +216,7 @@ def finite_sample_coverage(*, quick: bool = True, seed: int = 0, mutation: str |
                   - sat_finite_sample_term([N] * n, gamma=g, A_max=A_max, delta_conf=delta_conf))
         sat_cert_miss = true_gain < sat_lb - TOL * (1 + abs(true_gain))
         label = f"{mdp.name} n={n} γ={g:g} {kind} N={N}"
+        tally.begin()
         for cnt, what in ((dev.sum(), "deviation"), (cert_miss.sum(), "certificate")):
             tally.record(thresh - int(cnt), label=f"{label} {what} misses {int(cnt)}/{R}",
                          tightness=None)
@@ -274,6 +291,7 @@ def group_mean_bias(*, quick: bool = True, seed: int = 0, mutation: str | None =
             claim = factor * (v - mu)
             err = np.abs(got - claim).max()
             scale = np.abs(v).max()
+            tally.begin()
             tally.record(-err, scale=scale, label=f"G={G} values={np.round(v, 3).tolist()}")
             # Cor. E.2 as stated: |E[R−μ̂|τ] − A_ret| = |A_ret|/G
             if mutation is None:
@@ -342,10 +360,10 @@ def clipping_bias(*, quick: bool = True, seed: int = 0, mutation: str | None = N
                 mid *= 0.5
             elif mutation == "c_times_prob":
                 mid = c * pr
+            tally.begin()
             tally.record(mid - lhs, scale=mid, label=f"c={c:.3g} Z={np.round(z, 3).tolist()}",
                          tightness=mid / lhs if lhs > 0 else None)
-            tally.record(rhs - mid, scale=rhs, label=f"c={c:.3g} (second inequality)",
-                         count_case=False)
+            tally.record(rhs - mid, scale=rhs, label=f"c={c:.3g} (second inequality)")
             if lhs > 0:
                 ratios.append(rhs / lhs)
     return tally.result([f"tightness = E[|Z|1{{|Z|>c}}] / |E clip Z − E Z|; full chain "
@@ -426,10 +444,11 @@ def ratio_clipping_bias(*, quick: bool = True, seed: int = 0, mutation: str | No
                 if mutation == "halve_constant":
                     l3 = A_clip * math.sqrt(kl / 2)
                 lab = f"{label} ε_w={eps_w} A={A_kind}"
+                tally.begin()
                 tally.record(l1 - bias, scale=l1, label=lab + " link1",
                              tightness=l3 / bias if bias > 1e-12 else None)
-                tally.record(l2 - l1, scale=l2, label=lab + " link2", count_case=False)
-                tally.record(l3 - l2, scale=l3, label=lab + " link3", count_case=False)
+                tally.record(l2 - l1, scale=l2, label=lab + " link2")
+                tally.record(l3 - l2, scale=l3, label=lab + " link3")
                 n_rev += 1
                 rev_ok += A_clip * math.sqrt(2 * float(kl_rows(Q, P))) >= l2 - TOL * (1 + l2)
     return tally.result([
@@ -454,6 +473,7 @@ def tv_ratio_identity(*, quick: bool = True, seed: int = 0, mutation: str | None
         lhs = float(P @ np.abs(1 - w))
         tv = float(tv_rows(P, Q))
         rhs = tv if mutation == "drop_factor_2" else 2 * tv
+        tally.begin()
         tally.record(-abs(lhs - rhs), scale=rhs, label=label)
     # the stated assumption is not the needed one: Q has mass where P has none
     P = np.array([0.5, 0.5, 0.0])
@@ -536,7 +556,8 @@ def kl_chain_rule(*, quick: bool = True, seed: int = 0, mutation: str | None = N
                         for _, _, path in msgs])
         chain = float(probs @ tok)
         label = f"vocab={vocab} T={T} msgs={len(msgs)}"
-        tally.record(-abs(chain - kl_seq), scale=kl_seq, label=label + " chain rule")
+        tally.begin()
+        tally.record(-abs(chain - kl_seq), scale=kl_seq, label=label + " chain rule", main=False)
         # sampled log-ratio sums
         logr = np.log(probs / q2)
         var = float(probs @ logr ** 2) - kl_seq ** 2
@@ -546,8 +567,7 @@ def kl_chain_rule(*, quick: bool = True, seed: int = 0, mutation: str | None = N
         se = math.sqrt(max(var, 0.0) / M)
         z = (est - kl_seq) / se if se > 0 else (0.0 if abs(est - kl_seq) < 1e-12 else math.inf)
         zs.append(z)
-        tally.record(5.0 - abs(z), label=label + f" sampled mean {est:.4g} vs KL {kl_seq:.4g}",
-                     count_case=False)
+        tally.record(5.0 - abs(z), label=label + f" sampled mean {est:.4g} vs KL {kl_seq:.4g}")
     return tally.result([f"z-scores of the sampled log-ratio sum (M={M}): {_q(zs)}"])
 
 
@@ -602,9 +622,9 @@ def importance_weight_ess(*, quick: bool = True, seed: int = 0, mutation: str | 
         z = (float((w ** 2).mean()) - claim2) / se if se > 0 else 0.0
         zs.append(z)
         label = f"{mdp.name} S={mdp.n_states} n={n} γ={g:g} H={horizon} radius={radius:g}"
-        tally.record(-abs(m1 - 1.0), label=label + " E w = 1")
-        tally.record(5.0 - abs(z), label=label + f" E w² exact {claim2:.4g} vs MC {(w ** 2).mean():.4g}",
-                     count_case=False)
+        tally.begin()
+        tally.record(-abs(m1 - 1.0), label=label + " E w = 1", main=False)
+        tally.record(5.0 - abs(z), label=label + f" E w² exact {claim2:.4g} vs MC {(w ** 2).mean():.4g}")
         ess_mc = float(w.sum() ** 2 / (w ** 2).sum() / B)
         table.append(f"{layout} n={n} |U|={i - 1} δmax={radius:g} H={horizon}: exact ESS/B "
                      f"{m1 * m1 / m2:.3f}, MC {ess_mc:.3f}")
