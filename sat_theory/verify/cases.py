@@ -42,7 +42,7 @@ from ..policy import TeamPolicy, factor_kl, marginal_advantage
 
 __all__ = ["Case", "GAMMAS", "LAYOUTS", "TARGET_KINDS", "SMALL_RADII", "LARGE_RADII",
            "random_mdps", "random_policy", "scale_to_radius", "small_step_target",
-           "greedy_target", "adversarial_target", "make_target", "cases", "trap_mdp",
+           "greedy_target", "adversarial_target", "make_target", "cases", "trap_mdp", "stale_trap_case",
            "max_factor_kl"]
 
 LAYOUTS = ("simultaneous", "masked", "turn")
@@ -116,6 +116,36 @@ def trap_mdp(gamma: float = 0.95, n_agents: int = 1, stay: float = 1.0) -> Facto
     return FactorizedMDP.factored(P, R, rho0, gamma, name=f"trap-n{n}-g{gamma:g}")
 
 
+def stale_trap_case(gamma: float = 0.9, eta: float = 1e-6, eps: float = 0.1) -> Case:
+    """A hand-built case where the stale occupancy misleads a single step.
+
+    Two simultaneous agents, three states: the start 0, a paying state 1 and an absorbing
+    dead end 2. At 0 agent 0's action 0 leads to 1 (absorbing; reward 1 when agent 1 plays
+    1), action 1 to 2 (reward 0 forever). ``π_cur``: agent 0 goes to 1 w.p. ``1−η``, agent 1
+    uniform. ``π_tar``: agent 0 goes to 1 w.p. ``η`` only; agent 1 plays 1 w.p. ``½+ε`` at
+    state 1. With order (0, 1) step 2 is judged by ``d^{π̂^0}`` (state 1 visited) although
+    ``d^{π̂^1}`` barely reaches state 1: ``L_2^stale ≈ γε/(1−γ)`` while the true gain and the
+    penalty ``c√δ_2`` (``δ_2`` weighted by ``d^{π̂^1}(1) ≈ γη``) are both tiny.
+    """
+    P = np.zeros((3, 2, 2, 3))
+    P[0, 0, :, 1] = 1.0
+    P[0, 1, :, 2] = 1.0
+    P[1, :, :, 1] = 1.0
+    P[2, :, :, 2] = 1.0
+    R = np.zeros((3, 2, 2))
+    R[1, :, 1] = 1.0
+    mdp = FactorizedMDP.factored(P, R, [1.0, 0.0, 0.0], gamma, name=f"stale-trap-g{gamma:g}")
+    a0 = np.full((3, 2), 0.5)
+    a0[0] = [1 - eta, eta]
+    t0 = a0.copy()
+    t0[0] = [eta, 1 - eta]
+    a1 = np.full((3, 2), 0.5)
+    t1 = a1.copy()
+    t1[1] = [0.5 - eps, 0.5 + eps]
+    return Case(mdp, TeamPolicy((a0, a1)), TeamPolicy((t0, t1)), "trap", None,
+                f"stale-trap γ={gamma:g} η={eta:g} ε={eps:g}")
+
+
 # ------------------------------------------------------------------ policies and targets
 def random_policy(mdp: FactorizedMDP, rng, temperature: float = 1.5) -> TeamPolicy:
     """Softmax of Gaussian logits times ``temperature`` (seeded by ``rng``)."""
@@ -140,10 +170,10 @@ def scale_to_radius(mdp: FactorizedMDP, current: TeamPolicy, directions, radius:
     is found by bisection so that ``max_{s: j active} KL_s(π_cur^j‖π_tar^j) = radius`` (or the
     largest reachable KL, if the direction cannot reach the radius within ``t_max``)."""
     out = []
-    for j, (f, dz) in enumerate(zip(current.factors, directions)):
+    for j, (f, dz) in enumerate(zip(current.factors, directions, strict=True)):
         z = _logits(f)
 
-        def kl_at(t):
+        def kl_at(t, f=f, z=z, dz=dz, j=j):
             return max_factor_kl(mdp, f, softmax(z + t * dz, axis=1), j)
 
         if not np.any(dz[mdp.active[:, j]] != 0) or kl_at(t_max) <= radius:
@@ -163,7 +193,7 @@ def scale_to_radius(mdp: FactorizedMDP, current: TeamPolicy, directions, radius:
 def small_step_target(mdp: FactorizedMDP, current: TeamPolicy, rng, radius: float) -> TeamPolicy:
     """Logit interpolation toward a random policy, each factor at max-KL ``radius``."""
     other = random_policy(mdp, rng, temperature=2.0)
-    dirs = [_logits(o) - _logits(f) for o, f in zip(other.factors, current.factors)]
+    dirs = [_logits(o) - _logits(f) for o, f in zip(other.factors, current.factors, strict=True)]
     return scale_to_radius(mdp, current, dirs, radius)
 
 
