@@ -18,9 +18,8 @@
 
 from __future__ import annotations
 
-import math
-
 import itertools
+import math
 
 import numpy as np
 
@@ -144,8 +143,10 @@ def group_mean_conditional_bias(values, probs, G: int) -> np.ndarray:
     K = v.size
     if K ** (G - 1) > 2_000_000:
         raise InputError(f"K^(G-1) = {K}^{G - 1} tuples is too many to enumerate")
-    others = np.array(list(itertools.product(range(K), repeat=G - 1)), dtype=np.intp).reshape(-1, G - 1)
-    w_others = np.prod(p[others], axis=1) if G > 1 else np.ones(1)
+    if G == 1:
+        return np.zeros(K)  # μ̂ = R_1
+    others = np.array(list(itertools.product(range(K), repeat=G - 1)), dtype=np.intp)
+    w_others = np.prod(p[others], axis=1)
     out = np.empty(K)
     for r in range(K):
         idx = np.concatenate([np.full((others.shape[0], 1), r), others], axis=1)  # (T, G)

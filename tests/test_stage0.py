@@ -6,8 +6,13 @@ from scipy.optimize import minimize
 
 from sat_theory.errors import InputError
 from sat_theory.policy import kl_rows
-from sat_theory.stage0 import (align_distill, geometric_path, probe_distribution, probe_kl,
-                               project_geometric)
+from sat_theory.stage0 import (
+    align_distill,
+    geometric_path,
+    probe_distribution,
+    probe_kl,
+    project_geometric,
+)
 
 
 def _factors(seed, S=5, A=4, n=3):
@@ -54,12 +59,12 @@ def test_projection_is_the_constrained_optimum(seed):
     delta0 = 0.03
     res = project_geometric(pre, cur, delta0)
     for s in range(pre.shape[0]):
-        def obj(z):
+        def obj(z, s=s):
             p = np.exp(z - z.max())
             p /= p.sum()
             return kl_rows(p, pre[s])
 
-        def con(z):
+        def con(z, s=s):
             p = np.exp(z - z.max())
             p /= p.sum()
             return delta0 - kl_rows(p, cur[s])

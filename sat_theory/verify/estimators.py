@@ -19,15 +19,21 @@ import numpy as np
 from scipy.stats import binom
 
 from ..certificates import intermediate_policies, penalty_constant
-from ..estimators import (empirical_stage_bound, group_advantages, group_mean_conditional_bias,
-                          hoeffding_epsilon, sample_trajectory_weights,
-                          sat_finite_sample_term, trajectory_weight_moment)
+from ..envs import random_mdp
+from ..estimators import (
+    empirical_stage_bound,
+    group_advantages,
+    group_mean_conditional_bias,
+    hoeffding_epsilon,
+    sample_trajectory_weights,
+    sat_finite_sample_term,
+    trajectory_weight_moment,
+)
 from ..estimators import importance_weight_ess as exact_ess
 from ..evaluate import evaluate
 from ..mdp import FactorizedMDP
 from ..policy import TeamPolicy, factor_kl, kl_rows, tv_rows
 from . import CHECKS, CheckResult, check
-from ..envs import random_mdp
 from .cases import cases, random_policy, small_step_target
 
 SECTION = "THEORY §6 estimators"
@@ -543,7 +549,7 @@ def kl_chain_rule(*, quick: bool = True, seed: int = 0, mutation: str | None = N
     tally = Tally("kl_chain_rule")
     M = 20000 if quick else 100000
     zs = []
-    for k in range(6 if quick else 24):
+    for _ in range(6 if quick else 24):
         vocab, T = int(rng.integers(2, 5)), int(rng.integers(1, 5))
         pi = message_model(rng, vocab, T, temperature=float(rng.choice([0.5, 1.5])))
         pi2 = _perturb(pi, rng, float(rng.choice([0.3, 1.0])))
@@ -636,7 +642,7 @@ def importance_weight_ess(*, quick: bool = True, seed: int = 0, mutation: str | 
         tar = small_step_target(mdp, cur, np.random.default_rng(seed + 20 * n), 0.01)
         pols = intermediate_policies(cur, tar, tuple(range(n)))
         ess = [exact_ess(mdp, pols[0], pols[i - 1]) for i in range(2, n + 1)]
-        sweep.append(f"n={n}: " + ", ".join(f"step {i}: {e:.3f}" for i, e in zip(range(2, n + 1), ess)))
+        sweep.append(f"n={n}: " + ", ".join(f"step {i}: {e:.3f}" for i, e in zip(range(2, n + 1), ess, strict=True)))
     return tally.result([f"z-scores of mean w² (B={B}): {_q(zs)}", *table[:6],
                          "Table-10 analogue (turn-taking, S=6, A=3, γ=0.95, max-KL 0.01 per agent, "
                          "geometric episodes of mean length 20): " + "; ".join(sweep)

@@ -16,7 +16,7 @@ import math
 import numpy as np
 from scipy.special import logsumexp, softmax
 
-from ..certificates import intermediate_policies, penalty_constant
+from ..certificates import intermediate_policies
 from ..evaluate import evaluate
 from ..policy import TeamPolicy, factor_kl, kl_rows, marginal_advantage
 from ..stage0 import align_distill, probe_distribution, probe_kl, project_geometric
@@ -345,7 +345,7 @@ def donsker_varadhan_envelope(*, quick: bool = True, seed: int = 0, mutation: st
         if EQ > 1e-12:
             cent_tight.append(bound / EQ)
 
-    for k in range(30 if quick else 200):
+    for _ in range(30 if quick else 200):
         K = int(rng.integers(2, 6))
         P = rng.dirichlet(np.ones(K))
         f = rng.normal(size=K)
@@ -388,7 +388,7 @@ def projected_gradient_convergence(*, quick: bool = True, seed: int = 0, mutatio
     """
     tally = Tally("projected_gradient_convergence")
     K = 60 if quick else 300
-    tight, final_gm = [], []
+    final_gm = []
     items = [(c.mdp, c.current, c.target, c.label) for c in _mini_cases(seed + 4, 8 if quick else 40)]
     items += [(m, u, t, lab) for m, u, t, lab in _sign_bandit_steps((0.05,))]
     for k, (mdp, cur, tar, label) in enumerate(items):
@@ -411,10 +411,10 @@ def projected_gradient_convergence(*, quick: bool = True, seed: int = 0, mutatio
         def L_block(j, th, w, Aj):
             return float(np.einsum("s,sa,sa->", w, softmax(th, axis=1), Aj))
 
-        def G(th):
+        def G(th, refs=refs):
             return sum(L_block(j, th[j], w, Aj) for j, w, Aj, _ in refs)
 
-        def grad(j, th):
+        def grad(j, th, refs=refs):
             out = np.zeros_like(th)
             for jj, w, Aj, _ in refs:
                 if jj == j:
