@@ -17,8 +17,13 @@ from sat_theory.envs import named_mdp
 from sat_theory.policy import factor_kl
 from sat_theory.verify import CHECKS, load_checks
 from sat_theory.verify.bounds import load_naive_reuse, stage_lower_bound, verify_naive_reuse
-from sat_theory.verify.cases import (cases, max_factor_kl, random_mdps, random_policy,
-                                     small_step_target)
+from sat_theory.verify.cases import (
+    cases,
+    max_factor_kl,
+    random_mdps,
+    random_policy,
+    small_step_target,
+)
 
 BOUND_CHECKS = [
     "performance_difference", "occupancy_shift_max", "occupancy_shift_expected",
