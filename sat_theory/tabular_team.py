@@ -318,12 +318,14 @@ class TabularTeam:
             rtg[:, t] = acc
         ret = rew @ disc
         active = mdp.active[states]  # (N, H, n)
-        episodes = []
-        for e in range(N):
-            turns = [Turn(int(j), int(states[e, t]), int(acts[e, t, j]), float(logps[e, t, j]),
-                          int(t), float(rtg[e, t]))
-                     for t in range(H) for j in np.flatnonzero(active[e, t])]
-            episodes.append(Episode(int(group[e]), turns, float(ret[e])))
+        # every turn in batch order (episode, then time, then agent) built in one pass
+        e_all, t_all, j_all = np.nonzero(active)
+        turns = list(map(Turn, j_all.tolist(), states[e_all, t_all].tolist(),
+                         acts[e_all, t_all, j_all].tolist(), logps[e_all, t_all, j_all].tolist(),
+                         t_all.tolist(), rtg[e_all, t_all].tolist()))
+        bounds = np.searchsorted(e_all, np.arange(N + 1)).tolist()
+        groups, rets = group.tolist(), ret.tolist()
+        episodes = [Episode(groups[e], turns[bounds[e]:bounds[e + 1]], rets[e]) for e in range(N)]
         batch = Batch(episodes, self._rollout_id, extra=dict(
             horizon=H, truncation_bias=self.truncation_bias(),
             versions=tuple(self._ver)))
