@@ -149,8 +149,9 @@ def test_sampled_estimates_converge_to_exact_terms(layout):
 
     Episodes of one group share a start state, so standard errors are computed from the B
     group means (cluster standard errors). Tolerance: 4 standard errors plus the documented
-    truncation bias; the standard error must shrink with the batch (by at least 2×; √8 ≈ 2.8 expected from 8× the groups, for 32×
-    more episodes) and the final estimates must be within 10% (+1e-3) of the exact terms."""
+    truncation bias; the standard error must shrink with the batch (by at least 2×; 8× the
+    groups give √8 ≈ 2.8 when start states dominate the variance) and the final estimates
+    must be within 10% (+1e-3) of the exact terms."""
     mdp = random_mdp(5, 2, 2, layout=layout, gamma=0.8, seed=7)
     cur = TeamPolicy.random(mdp, 1)
     j = 1
