@@ -5,7 +5,6 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from sat_theory import TeamPolicy, random_mdp, stage_certificate
