@@ -45,19 +45,23 @@ METHOD_COLORS = {
     "no-tr": "#CC79A7",   # purple
     "happo": "#E69F00",   # orange
     # plug-and-play strategies
-    "stage0": "#0072B2",
-    "direct": "#D55E00",
-    "retrain": "#7f7f7f",
+    "no swap": "#0072B2",  # = sat
+    "stage0": "#56B4E9",
+    "stage0-project": "#9C8500",
+    "direct": "#000000",
+    "retrain": "#999999",
 }
 METHOD_LABELS = {"sat": "SAT / TeamTR", "naive": "naive sequential", "joint": "joint update",
-                 "no-tr": "no trust region", "happo": "HAPPO", "stage0": "Stage-0 aligned swap",
+                 "no-tr": "no trust region", "happo": "HAPPO", "stage0": "Stage-0 aligned swap (TeamTR distill)",
+                 "stage0-project": "Stage-0 aligned swap (SAT projection)", "no swap": "no swap (SAT)",
                  "direct": "direct swap", "retrain": "retrain from scratch"}
 
 #: the certificate ladder: the papers' forms, then this project's tighter rungs (THEORY §4)
-BOUND_COLORS = {"true_improvement": "#000000", "lower_bound_stale": "#D55E00",
+BOUND_COLORS = {"true_improvement": "#000000", "lower_bound_estimated": "#CC79A7", "lower_bound_stale": "#D55E00",
                 "lower_bound_max": "#E69F00", "lower_bound": "#0072B2",
                 "lower_bound_fnorm": "#56B4E9", "lower_bound_tv": "#009E73"}
 BOUND_LABELS = {"true_improvement": "true improvement J(π̄)−J(π_cur)",
+                "lower_bound_estimated": "TeamTR Thm 3.6, estimated terms",
                 "lower_bound_stale": "stale bound (TeamTR Prop. 3.3)",
                 "lower_bound_max": "SAT Thm 4.4 (max-KL)",
                 "lower_bound": "TeamTR Thm 3.6 (expected KL)",
@@ -279,32 +283,33 @@ def plot_kl_distribution(steps: pd.DataFrame, delta: float | None = None, *, ax=
     return fig or ax.figure
 
 
-def plot_certificate_tracking(stages: pd.DataFrame, *, ax=None, bound_col: str = "lower_bound",
+def plot_certificate_tracking(stages: pd.DataFrame, *, ax=None, bound_cols=("lower_bound",),
                               title: str | None = None):
-    """TeamTR Fig. 4b: cumulative true improvement vs cumulative certified lower bound per
-    method (mean over seeds)."""
+    """TeamTR Fig. 4b: cumulative measured improvement (solid) vs cumulative certified lower
+    bounds (one line style per column of ``bound_cols``), per method, mean ± std over seeds."""
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = plt.subplots(figsize=(6.5, 4.3))
+    styles = ["--", ":", "-.", (0, (5, 1))]
     for m in _methods_in(stages):
         d = stages[stages.method == m]
-        tru, lb = [], []
-        for _, g in d.groupby("seed"):
-            g = g.sort_values("stage")
-            tru.append(g["true_improvement"].cumsum().to_numpy(float))
-            lb.append(g[bound_col].cumsum().to_numpy(float))
-        L = min(map(len, tru))
-        xs = np.arange(1, L + 1)
         c = method_color(m)
-        _mean_std(ax, xs, [t[:L] for t in tru], c, f"{method_label(m)}: measured")
-        _mean_std(ax, xs, [t[:L] for t in lb], c, f"{method_label(m)}: certificate")
-        ax.lines[-1].set_linestyle("--")
+        for k, col in enumerate(["true_improvement", *bound_cols]):
+            curves = [g.sort_values("stage")[col].cumsum().to_numpy(float) for _, g in d.groupby("seed")]
+            L = min(map(len, curves))
+            lab = "measured J gain" if col == "true_improvement" else BOUND_LABELS.get(col, col)
+            cc = c if k == 0 or len(_methods_in(stages)) > 1 else BOUND_COLORS.get(col, c)
+            _mean_std(ax, np.arange(1, L + 1), [x[:L] for x in curves], cc,
+                      f"{method_label(m)}: {lab}" if len(_methods_in(stages)) > 1 else lab)
+            if k:
+                ax.lines[-1].set_linestyle(styles[(k - 1) % len(styles)])
+    ax.axhline(0, color="k", lw=0.6)
     ax.set_xlabel("stage")
-    ax.set_ylabel("cumulative improvement of J")
+    ax.set_ylabel("cumulative improvement of J (return units)")
     ax.set_yscale("symlog", linthresh=_linthresh(stages, ["true_improvement"]))
     ax.legend(frameon=False, fontsize=8)
     if title:
-        ax.set_title(title)
+        ax.set_title(title, fontsize=10)
     return fig or ax.figure
 
 
@@ -321,7 +326,6 @@ def plot_certificate_vs_improvement(stages: pd.DataFrame, *, ax=None,
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(5, 4.5))
-    lo, hi = np.inf, -np.inf
     for m in _methods_in(stages):
         d = stages[stages.method == m]
         x, y = d[bound_col].to_numpy(float), d["true_improvement"].to_numpy(float)
@@ -329,10 +333,9 @@ def plot_certificate_vs_improvement(stages: pd.DataFrame, *, ax=None,
         viol = float(np.mean(x > y)) if len(x) else math.nan
         ax.scatter(x, y, s=14, color=method_color(m), alpha=0.7,
                    label=f"{method_label(m)}: ρ={rho:.2f}, viol.={100 * viol:.0f}%")
-        lo, hi = min(lo, x.min(), y.min()), max(hi, x.max(), y.max())
-    if np.isfinite(lo):
-        ax.plot([lo, hi], [lo, hi], color="k", lw=1, ls=":", label="certificate = measured")
-    ax.set_xscale("symlog", linthresh=_linthresh(stages, ["true_improvement"]))
+    # the identity line over the data's own range (autoscale off so it does not stretch it)
+    ax.autoscale(False)
+    ax.axline((0, 0), slope=1, color="k", lw=1, ls=":", label="certificate = measured")
     ax.set_xlabel("per-stage certificate (lower bound)")
     ax.set_ylabel("per-stage measured improvement of J")
     ax.legend(frameon=False, fontsize=8)
@@ -342,27 +345,31 @@ def plot_certificate_vs_improvement(stages: pd.DataFrame, *, ax=None,
 
 
 def plot_stale_gap(steps: pd.DataFrame, *, within: tuple[int, ...] = (2, 3), ax=None,
+                   value: str | None = None, ylabel: str = "|L̂_stale − L̂_inter|  (return units)",
                    title: str | None = None):
-    """TeamTR Fig. 2: ``Gap_i = |L_i^stale − L_i^seq|`` per stage for within-stage steps
-    ``i`` in ``within`` (1-based), per method; mean ± std over seeds."""
+    """TeamTR Fig. 2: a per-step gap per stage for within-stage steps ``i`` in ``within``
+    (1-based), per method, mean ± std over seeds. ``value``: the column to draw (default
+    ``|L_stale − L_seq|`` computed from the exact columns)."""
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(6, 4))
     styles = ["-", "--", ":", "-."]
     df = steps.copy()
-    df["gap"] = (df["L_stale"] - df["L_seq"]).abs()
+    if value is None:
+        df["gap"] = (df["L_stale"] - df["L_seq"]).abs()
+        value = "gap"
     for m in _methods_in(df):
         for k, i in enumerate(within):
             d = df[(df.method == m) & (df.step == i)]
             if d.empty:
                 continue
-            piv = d.pivot_table(index="seed", columns="stage", values="gap")
+            piv = d.pivot_table(index="seed", columns="stage", values=value)
             _mean_std(ax, piv.columns.to_numpy(), piv.to_numpy(), method_color(m),
                       f"{method_label(m)}, i={i}")
             ax.lines[-1].set_linestyle(styles[k % len(styles)])
     ax.set_yscale("log")
     ax.set_xlabel("stage")
-    ax.set_ylabel("|L̂_stale − L̂_inter|  (return units)")
+    ax.set_ylabel(ylabel)
     ax.legend(frameon=False, fontsize=8)
     if title:
         ax.set_title(title)
@@ -541,6 +548,7 @@ def plot_plug_and_play(df: pd.DataFrame, swap_stage: int, *, ax=None, ylabel="te
         fig, ax = plt.subplots(figsize=(6, 4))
     for s in dict.fromkeys(df.strategy):
         piv = df[df.strategy == s].pivot_table(index="seed", columns="stage", values="J")
+        piv = piv.dropna(axis=1)  # the extra after-swap point exists only for swapping strategies
         _mean_std(ax, piv.columns.to_numpy(), piv.to_numpy(), method_color(s), method_label(s))
     ax.axvline(swap_stage, color="k", ls=":", lw=1, label=f"swap at stage {swap_stage}")
     ax.set_xlabel("stage")
@@ -568,7 +576,10 @@ def plot_runs(run_dirs, out: Path | str, *, delta: float | None = None) -> list[
         if not stages.empty and {"true_improvement", "lower_bound"} <= set(stages.columns):
             ok = stages.dropna(subset=["true_improvement", "lower_bound"])
             if not ok.empty:
-                written += save_figure(plot_certificate_tracking(ok), out, "certificate_tracking")
+                cols = [c for c in ("lower_bound_estimated", "lower_bound", "lower_bound_tv")
+                        if c in ok.columns and ok[c].notna().any()]
+                written += save_figure(plot_certificate_tracking(ok, bound_cols=cols), out,
+                                       "certificate_tracking")
                 written += save_figure(plot_certificate_vs_improvement(ok), out,
                                        "certificate_vs_improvement")
         if not steps.empty and {"L_seq", "L_stale"} <= set(steps.columns):
