@@ -116,6 +116,14 @@ def sign_bandit(gamma: float = 0.9) -> FactorizedMDP:
     return FactorizedMDP.factored(P, R, np.ones(1), gamma, name=f"sign-bandit-g{gamma:g}")
 
 
+def sign_bandit_miss_probability(N: int, eps_over_B: float) -> float:
+    """Exact ``Pr(|L̂ − L| > ε)`` for the sign bandit's sampled surrogate under the uniform
+    policy: ``L̂ = B(2X/N − 1)``, ``X ∼ Binomial(N, ½)``, ``L = 0``."""
+    k = np.arange(N + 1)
+    dev = np.abs(2 * k / N - 1)
+    return float(binom.pmf(k, N, 0.5)[dev > eps_over_B * (1 + 1e-12)].sum())
+
+
 def _stage_terms(mdp, cur, tar, order):
     """Per step: (d^{i−1}, π̂^{i−1}, π̂^i joint, A^{i−1}, δ_i, δ_i^max); plus J before/after."""
     pols = intermediate_policies(cur, tar, order)
@@ -154,7 +162,7 @@ def finite_sample_coverage(*, quick: bool = True, seed: int = 0, mutation: str |
     rng = np.random.default_rng([seed, 6001])
     delta_conf = 0.05
     R = 2000 if quick else 10000
-    cs = [(c.mdp, c.current, c.target) for c in cases(seed, 6 if quick else 30, max_states=6,
+    cs = [(c.mdp, c.current, c.target) for c in cases(seed, 10 if quick else 60, max_states=6,
                                                       max_agents=3, large=False)]
     # the two-point worst case, null step (π_tar = π_cur) and a small step
     for g in (0.5, 0.9):
@@ -236,7 +244,14 @@ def finite_sample_coverage(*, quick: bool = True, seed: int = 0, mutation: str |
     worst_cert = max(miss_sat_cert, key=lambda t: t[1])
     worst_env = max(miss_sat_env, key=lambda t: t[1])
     sat_holds = worst_dev[1] <= delta_conf
+    exact = {N: sign_bandit_miss_probability(N, math.sqrt(math.log(2 / delta_conf) / (2 * N)))
+             for N in (20, 100, 400, 10_000)}
+    exact_tr = {N: sign_bandit_miss_probability(N, math.sqrt(2 * math.log(2 / delta_conf) / N))
+                for N in (20, 100, 400, 10_000)}
     tally.findings += [
+        "sign bandit (A = ±1 uniformly, n = 1), exact binomial Pr(|L̂−L| > ε) with δ_conf = "
+        f"{delta_conf}: SAT's ε " + ", ".join(f"N={N}: {p:.3f}" for N, p in exact.items())
+        + "; TeamTR's ε " + ", ".join(f"N={N}: {p:.4f}" for N, p in exact_tr.items()),
         f"δ_conf={delta_conf}, R={R} repetitions per case, violation if misses > {thresh} "
         f"(Binomial(R, δ_conf) 1−1e-6 quantile)",
         f"TeamTR (range 2B) miss rate per case: deviation {_q(miss_dev)}; "
@@ -549,7 +564,7 @@ def kl_chain_rule(*, quick: bool = True, seed: int = 0, mutation: str | None = N
     tally = Tally("kl_chain_rule")
     M = 20000 if quick else 100000
     zs = []
-    for _ in range(6 if quick else 24):
+    for _ in range(10 if quick else 60):
         vocab, T = int(rng.integers(2, 5)), int(rng.integers(1, 5))
         pi = message_model(rng, vocab, T, temperature=float(rng.choice([0.5, 1.5])))
         pi2 = _perturb(pi, rng, float(rng.choice([0.3, 1.0])))
@@ -595,7 +610,7 @@ def importance_weight_ess(*, quick: bool = True, seed: int = 0, mutation: str | 
     B = 20000 if quick else 100000
     table = []
     zs = []
-    n_cases = 6 if quick else 24
+    n_cases = 8 if quick else 40
     k = 0
     while tally.cases < n_cases and k < 10 * n_cases:
         k += 1
