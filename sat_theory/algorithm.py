@@ -506,7 +506,7 @@ class _Stage:
         hook = getattr(self.team, "exact_step_terms", None)
         if hook is not None:
             ref = res.record.pop("_ref")
-            res.record.update(hook(j, ref, self.start))
+            res.record.update(hook(j, ref, self.start, delta_i=res.record["delta_i"]))
         else:
             res.record.pop("_ref", None)
         if self.cfg.trust_region == "adaptive" and not res.record["rejected"]:

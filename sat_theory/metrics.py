@@ -14,7 +14,9 @@ Every training run — tabular or LLM — writes one folder:
   ``ratio_clip_frac``, ζ proxies ``zeta_norm`` / ``zeta_clip`` / ``zeta_ratio`` /
   ``zeta_trunc`` and ``zeta`` (the value used in the empirical certificate); exact terms
   where the backend computes them (tabular): ``L_seq``, ``L_stale``, ``delta``,
-  ``delta_max``, ``tv``, ``A_max``, ``f_inf``, ``true_gain`` (else ``null``).
+  ``delta_max``, ``tv``, ``A_max``, ``f_inf``, ``true_gain`` (else ``null``), and ``J``
+  (after the step), ``kl_violation_frac`` / ``kl_violation_mass`` (share / occupancy mass of
+  the agent's states with per-state ``KL_s > δ_i``, SAT Fig. 1c).
 
   ``"stage"`` — ``stage`` (from 0), ``order`` (agent indices in update order),
   ``J_before``, ``J_after``, ``true_improvement``, ``lower_bound`` (THEORY §4 form from the

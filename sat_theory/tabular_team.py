@@ -379,10 +379,12 @@ class TabularTeam:
         return dict(ratio_clip_frac=float(np.mean((r > 1 + ce) | (r < 1 - ce))))
 
     # ------------------------------------------------------------- oracle hooks
-    def exact_step_terms(self, agent: int, reference, stage_start) -> dict:
+    def exact_step_terms(self, agent: int, reference, stage_start, delta_i: float | None = None) -> dict:
         """Exact THEORY §4 terms of the step just taken by ``agent`` (from ``reference`` to
         its current factor), with ``π̂^{i−1}`` = the current team with the reference factor,
-        ``π̂^i`` = the current team and ``π̂^0`` = ``stage_start`` (all agents' snapshots)."""
+        ``π̂^i`` = the current team and ``π̂^0`` = ``stage_start`` (all agents' snapshots).
+        With ``delta_i``: ``kl_violation_frac`` (fraction of the agent's states with
+        ``KL_s > δ_i``, SAT Fig. 1c) and ``kl_violation_mass`` (their ``d^{π̂^{i−1}}`` mass)."""
         mdp, g = self.mdp, self.gamma
         prev_logits = list(self.logits)
         prev_logits[agent] = reference[0]
@@ -402,7 +404,11 @@ class TabularTeam:
             delta_max=float(kl[act].max()) if act.any() else 0.0,
             tv=float(ev_prev.d @ factor_tv(mdp, p_ref, p_now, agent)),
             A_max=ev_prev.A_max, f_inf=float(np.abs(f).max()),
-            true_gain=ev_now.J - ev_prev.J, J=ev_now.J)
+            true_gain=ev_now.J - ev_prev.J, J=ev_now.J,
+            kl_violation_frac=(float(np.mean(kl[act] > delta_i)) if delta_i is not None
+                               and act.any() else None),
+            kl_violation_mass=(float(ev_prev.d[act & (kl > delta_i)].sum())
+                               if delta_i is not None else None))
 
     def exact_stage_terms(self, stage_start, order) -> dict:
         """:func:`stage_certificate` of stage-start → now in ``order`` (as a dict)."""

@@ -134,9 +134,10 @@ class Team(Protocol):
 
     - ``advantage_bound: float`` — an a-priori bound on ``|A|`` (reward units) for the
       empirical certificate when the backend has no exact ``A_max``;
-    - ``exact_step_terms(agent, reference, stage_start) -> dict`` — exact terms of the step
-      just taken (tabular oracle): ``L_seq, L_stale, delta, delta_max, tv, A_max, f_inf,
-      true_gain``; ``stage_start`` is the list of all agents' snapshots at the stage start;
+    - ``exact_step_terms(agent, reference, stage_start, delta_i=None) -> dict`` — exact
+      terms of the step just taken (tabular oracle): ``L_seq, L_stale, delta, delta_max, tv,
+      A_max, f_inf, true_gain, J`` (and the per-state violation rate of ``δ_i``);
+      ``stage_start`` is the list of all agents' snapshots at the stage start;
     - ``exact_stage_terms(stage_start, order) -> dict`` — the exact stage certificate
       (:meth:`sat_theory.certificates.StageCertificate.to_dict`) of stage-start → now;
     - ``align(agent, new, delta_align, form) -> dict`` — Stage-0 alignment (THEORY §5) of a

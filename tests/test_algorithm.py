@@ -73,6 +73,10 @@ def test_sat_exact_bound_holds_trust_region_holds_and_J_rises(layout, seed):
         assert s["kl"] == pytest.approx(s["delta"], rel=1e-9, abs=1e-15)
         assert s["surrogate"] == pytest.approx(s["L_seq"], rel=1e-9, abs=1e-12)
         assert not s["rejected"]
+        # per-state violations of δ_i (SAT Fig. 1c): a share of states; their mass m obeys
+        # Markov's inequality m·δ_i ≤ E_d KL_s = δ
+        assert 0 <= s["kl_violation_frac"] <= 1
+        assert s["kl_violation_mass"] * s["delta_i"] <= s["delta"] * (1 + 1e-12)
     J = [stages[0]["J_before"]] + [s["J_after"] for s in stages]
     assert J[-1] > J[0]
     # consecutive stages chain: each starts where the previous ended
@@ -385,7 +389,8 @@ def test_no_trust_region_takes_one_step_and_adaptive_delta_moves():
 
 # ------------------------------------------------------------------ pure functions
 def test_sampled_surrogate_formula():
-    t = np.array([0, 2]); now = np.log([0.6, 0.2]); beh = np.log([0.5, 0.4])
+    t = np.array([0, 2])
+    now, beh = np.log([0.6, 0.2]), np.log([0.5, 0.4])
     G = np.array([1.0, -2.0])
     want = (1 * (0.6 / 0.5 - 1) * 1.0 + 0.81 * (0.2 / 0.4 - 1) * -2.0) / 4
     assert sampled_surrogate(0.9, t, now, beh, G, 4) == pytest.approx(want)
