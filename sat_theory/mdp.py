@@ -177,12 +177,14 @@ class FactorizedMDP:
 
     # ----------------------------------------------------------- constructors
     @classmethod
-    def factored(cls, P, R, rho0, gamma, active=None, *, name: str = "") -> FactorizedMDP:
+    def factored(cls, P, R, rho0, gamma, active=None, *, name: str = "",
+                 copy: bool = True) -> FactorizedMDP:
         """Validated factored team MDP from ``P`` (S, A_1..A_n, S) and ``R`` (S, A_1..A_n).
 
         ``active`` (S, n) bool defaults to all agents active everywhere (a simultaneous
         factorized team). Inactive agents take action 0; ``P`` and ``R`` must not depend on
-        their action (checked to ``SUM_TOL``).
+        their action (checked to ``SUM_TOL``). ``copy=False`` lets the MDP keep a valid
+        float64 ``P`` as given instead of copying it (for arrays nobody else holds).
         """
         P = np.asarray(P, dtype=np.float64)
         R = _check_finite(R, "R")
@@ -196,7 +198,7 @@ class FactorizedMDP:
             raise InputError(f"every agent needs at least one action, got counts {counts}")
         if R.shape != P.shape[:-1]:
             raise InputError(f"R has shape {R.shape}, expected {P.shape[:-1]} (S, A_1, ..., A_n)")
-        P = check_distribution_rows(P, "P")
+        P = check_distribution_rows(P, "P", copy=copy)
         n = len(counts)
         if active is None:
             active = np.ones((S, n), dtype=bool)
@@ -237,10 +239,12 @@ class FactorizedMDP:
         )
 
     @classmethod
-    def turn_taking(cls, P, R, turn, n_agents, rho0, gamma, *, name: str = "") -> FactorizedMDP:
+    def turn_taking(cls, P, R, turn, n_agents, rho0, gamma, *, name: str = "",
+                    copy: bool = True) -> FactorizedMDP:
         """Validated turn-taking team MDP: agent ``turn[s]`` chooses among A actions at ``s``.
 
         ``P`` is (S, A, S) dense or any scipy sparse matrix of shape (S*A, S) (row s*A + a).
+        ``copy=False`` lets the MDP keep a valid float64 dense ``P`` as given.
         """
         R = _check_finite(R, "R")
         if R.ndim != 2:
@@ -272,7 +276,7 @@ class FactorizedMDP:
             P = np.asarray(P, dtype=np.float64)
             if P.shape != (S, A, S):
                 raise InputError(f"P has shape {P.shape}, expected {(S, A, S)} (S, A, S)")
-            P = np.ascontiguousarray(check_distribution_rows(P, "P"))
+            P = np.ascontiguousarray(check_distribution_rows(P, "P", copy=copy))
         rho0 = check_distribution_rows(rho0, "rho0")
         if rho0.shape != (S,):
             raise InputError(f"rho0 has shape {rho0.shape}, expected {(S,)}")
@@ -308,7 +312,8 @@ class FactorizedMDP:
             raise InputError(f"MDP file {path} is missing key(s) {', '.join(missing)}")
         if "turn" not in keys:
             return cls.factored(
-                data["P"], data["R"], data["rho0"], data["gamma"], data.get("active"), name=name
+                data["P"], data["R"], data["rho0"], data["gamma"], data.get("active"), name=name,
+                copy=False,  # freshly read: nobody else holds these arrays
             )
         R = np.asarray(data["R"])
         if "P_data" in keys:
@@ -324,7 +329,8 @@ class FactorizedMDP:
                 raise InputError(f"malformed CSR arrays P_data/P_indices/P_indptr: {e}") from None
         else:
             P = data["P"]
-        return cls.turn_taking(P, R, data["turn"], data["n_agents"], data["rho0"], data["gamma"], name=name)
+        return cls.turn_taking(P, R, data["turn"], data["n_agents"], data["rho0"], data["gamma"],
+                               name=name, copy=False)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write this MDP as ``.npz`` in the form matching its layout (atomic replace)."""
@@ -389,7 +395,7 @@ def _load_npz(path, what: str) -> dict:
         with np.load(path, allow_pickle=False) as z:
             if not hasattr(z, "files"):
                 raise InputError(f"{what} file {path} is a bare .npy array, not an .npz archive")
-            return {k: z[k] for k in z.files}
+            return {k: _read_member(z, path, k) for k in z.files}
     except InputError:
         raise
     except (OSError, ValueError, EOFError) as e:
@@ -397,6 +403,48 @@ def _load_npz(path, what: str) -> dict:
         raise InputError(f"cannot read {what} file {path} as .npz: {msg}") from None
     except Exception as e:  # zipfile.BadZipFile and friends
         raise InputError(f"cannot read {what} file {path} as .npz: {type(e).__name__}") from None
+
+
+#: Stored (uncompressed) .npz members larger than this are read straight from the file.
+_DIRECT_READ_BYTES = 1 << 20
+
+
+def _read_member(z, path: str, key: str) -> np.ndarray:
+    """One array of an open ``NpzFile``.
+
+    Large members stored without compression (what ``np.savez`` writes) are read with one
+    ``np.fromfile`` at their offset in the archive: ``NpzFile.__getitem__`` reads through
+    ``zipfile`` in chunks, copies twice and checks a CRC, about 4x slower on a 128 MB ``P``
+    (the CRC alone costs as much as the read). Corruption that keeps the values valid is then
+    not detected by a checksum; every value is still validated by the loaders.
+    """
+    import struct
+    import zipfile
+
+    info = z.zip.getinfo(key + ".npy") if key + ".npy" in z.zip.namelist() else None
+    if info is None or info.compress_type != zipfile.ZIP_STORED or info.file_size < _DIRECT_READ_BYTES:
+        return z[key]
+    fmt = np.lib.format
+    with open(path, "rb") as f:
+        f.seek(info.header_offset)
+        head = f.read(30)
+        if len(head) != 30 or head[:4] != b"PK\x03\x04":
+            raise ValueError(f"corrupt zip entry {key}")
+        n_name, n_extra = struct.unpack("<HH", head[26:30])
+        start = info.header_offset + 30 + n_name + n_extra
+        f.seek(start)
+        version = fmt.read_magic(f)
+        shape, fortran, dtype = (fmt.read_array_header_1_0(f) if version == (1, 0)
+                                 else fmt.read_array_header_2_0(f))
+        if dtype.hasobject:
+            raise ValueError(f"array {key} holds Python objects (not allowed)")
+        count = int(np.prod(shape, dtype=np.int64))
+        if f.tell() - start + count * dtype.itemsize != info.file_size:
+            raise ValueError(f"array {key} does not match its zip entry size")
+        arr = np.fromfile(f, dtype=dtype, count=count)
+    if arr.size != count:
+        raise ValueError(f"array {key} is truncated")
+    return arr.reshape(shape, order="F" if fortran else "C")
 
 
 def save_npz_atomic(path, arrays: dict) -> None:
