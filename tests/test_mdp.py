@@ -315,3 +315,28 @@ def test_random_mdp_bad_arguments(kwargs, pattern):
     args = dict(n_actions=2) | kwargs
     with pytest.raises(InputError, match=pattern):
         random_mdp(4, 2, **args)
+
+
+# ------------------------------------------------ large members read directly
+def test_large_member_direct_read_round_trip(tmp_path):
+    """P above 1 MB takes the direct-read path of the loader: bit-exact, Fortran order too."""
+    mdp = random_mdp(200, 2, 4, layout="turn", seed=1)  # P is 200*4*200*8 B = 1.28 MB
+    mdp.save(tmp_path / "m.npz")
+    back = FactorizedMDP.load(tmp_path / "m.npz")
+    np.testing.assert_array_equal(back.P, mdp.P)
+    a = dict(P=np.asfortranarray(mdp.P), R=mdp.R, turn=mdp.turn, n_agents=2, rho0=mdp.rho0,
+             gamma=mdp.gamma)
+    np.savez(tmp_path / "f.npz", **a)
+    np.testing.assert_array_equal(FactorizedMDP.load(tmp_path / "f.npz").P, mdp.P)
+    raw = (tmp_path / "m.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(InputError, match="cannot read MDP file"):
+        FactorizedMDP.load(tmp_path / "cut.npz")
+
+
+def test_copy_false_keeps_valid_arrays_copy_true_does_not():
+    mdp = random_mdp(5, 2, 2, layout="turn", seed=0)
+    P = mdp.P.copy()
+    kept = FactorizedMDP.turn_taking(P, mdp.R, mdp.turn, 2, mdp.rho0, 0.9, copy=False)
+    fresh = FactorizedMDP.turn_taking(P, mdp.R, mdp.turn, 2, mdp.rho0, 0.9)
+    assert np.shares_memory(kept.P, P) and not np.shares_memory(fresh.P, P)
