@@ -21,9 +21,10 @@ One *stage* updates every agent once, in an order ``σ`` (THEORY §4):
    ``max_backtracks`` times). A step still outside the region is rejected (snapshot
    restored) or kept and flagged (``on_violation``). After an accepted step, ``β`` relaxes
    (``÷ beta_growth``) when ``δ̂ < δ_i / 4``. Variants: per-agent ``δ_i``
-   (``delta_per_agent``), adaptive δ (``trust_region="adaptive"``: ``δ_i ← δ_i·delta_up`` after
-   a step whose estimated certified gain ``L̂ − c√δ̂`` was positive, ``δ_i ← δ_i·delta_down``
-   otherwise, clipped to ``[delta_min, delta_max]``), none (``trust_region="none"``: one
+   (``delta_per_agent``), adaptive δ (``trust_region="adaptive"``: the classical radius
+   rule on the agreement ratio ``ρ = (team.evaluate() after − before)/L̂`` of the step:
+   ``δ_i ← δ_i·delta_up`` when ``ρ ≥ 0.5``, ``δ_i·delta_down`` when ``ρ < 0.25`` or ``L̂ ≤ 0``,
+   clipped to ``[delta_min, delta_max]``), none (``trust_region="none"``: one
    update at ``β``; clipping is the only control).
 4. Order. ``fixed`` (``0..n−1`` or ``fixed_order``), ``reverse``, ``random`` (a fresh
    permutation per stage from the run's seed), ``greedy`` (data-dependent: at every step each
@@ -118,8 +119,8 @@ class TrainConfig:
     step_shrink: float = _f(0.5, "step-size multiplier per backtrack")
     max_backtracks: int = _f(12, "backtracks before a step counts as out of region")
     on_violation: str = _f("reject", "out-of-region step after all backtracks: reject | flag")
-    delta_up: float = _f(1.5, "adaptive δ: multiplier after a step with positive certified gain")
-    delta_down: float = _f(0.5, "adaptive δ: multiplier otherwise")
+    delta_up: float = _f(1.5, "adaptive δ: multiplier when the gain ratio ρ ≥ 0.5")
+    delta_down: float = _f(0.5, "adaptive δ: multiplier when ρ < 0.25")
     delta_min: float = _f(1e-5, "adaptive δ: lower limit")
     delta_max: float = _f(0.5, "adaptive δ: upper limit")
     delta_conf: float = _f(0.05, "confidence level δ_conf of the empirical certificate")
@@ -509,19 +510,24 @@ class _Stage:
             res.record.update(hook(j, ref, self.start, delta_i=res.record["delta_i"]))
         else:
             res.record.pop("_ref", None)
-        if self.cfg.trust_region == "adaptive" and not res.record["rejected"]:
-            r = res.record
-            A = self._advantage_bound(r)
-            gain = r["surrogate"] - (_c(self.team.gamma, A) * math.sqrt(max(r["kl"], 0.0))
-                                     if A is not None else 0.0)
-            f = self.cfg.delta_up if gain > 0 else self.cfg.delta_down
-            self.state.delta[j] = float(min(max(self.state.delta[j] * f, self.cfg.delta_min),
-                                            self.cfg.delta_max))
+        if self.cfg.trust_region == "adaptive":
+            self._adapt_delta(res)
 
-    def _advantage_bound(self, rec: dict) -> float | None:
-        if rec.get("A_max") is not None:
-            return float(rec["A_max"])
-        return getattr(self.team, "advantage_bound", None)
+    def _adapt_delta(self, res: _StepResult) -> None:
+        """Classical trust-region radius update from the agreement ratio
+        ``ρ = (score after − score before) / L̂`` (one ``team.evaluate()`` per step):
+        ``ρ ≥ 0.5`` → ``δ·delta_up``; ``ρ < 0.25`` or ``L̂ ≤ 0`` → ``δ·delta_down``."""
+        r, j, cfg = res.record, res.agent, self.cfg
+        J_now = float(self.team.evaluate())
+        actual = J_now - self.J_last
+        self.J_last = J_now
+        if r["rejected"]:
+            return
+        rho = actual / r["surrogate"] if r["surrogate"] > 0 else -math.inf
+        r["rho"] = rho if math.isfinite(rho) else None
+        f = cfg.delta_up if rho >= 0.5 else (cfg.delta_down if rho < 0.25 else 1.0)
+        self.state.delta[j] = float(min(max(self.state.delta[j] * f, cfg.delta_min),
+                                        cfg.delta_max))
 
 
 def _c(gamma: float, A_max: float) -> float:
@@ -542,6 +548,7 @@ def run_stage(team: Team, cfg: TrainConfig, state: RunState, *,
     n = team.n_agents
     st = _Stage(team, cfg, state, state.stage)
     J_before = float(team.evaluate())
+    st.J_last = J_before
     order: list[int] = [] if cfg.order == "greedy" else choose_order(cfg.order, n, state.rng, cfg.fixed_order)
     done: list[int] = []
     steps: list[dict] = []

@@ -434,3 +434,17 @@ def test_metrics_reader_skips_a_torn_last_line(tmp_path):
         recs = read_metrics(str(p))
     assert recs == [{"kind": "step", "x": 1}]
     assert os.path.exists(p)
+
+
+def test_adaptive_delta_exact_mode_follows_the_gain_ratio():
+    mdp = random_mdp(5, 2, 2, layout="turn", seed=14)
+    rec, _, _ = run(mdp, "sat", trust_region="adaptive", stages=4, delta=0.01)
+    steps = rec.kind("step")
+    for a, b in zip(steps, steps[2:], strict=False):  # same agent, next stage
+        assert a["agent"] == b["agent"]
+        want = a["delta_i"] * (1.5 if a["rho"] >= 0.5 else (0.5 if a["rho"] < 0.25 else 1.0))
+        assert b["delta_i"] == pytest.approx(min(max(want, 1e-5), 0.5))
+        # the exact gain ratio: true gain over the exact surrogate
+        assert a["rho"] == pytest.approx(a["true_gain"] / a["L_seq"], rel=1e-9)
+    assert all(s["delta"] <= s["delta_i"] * (1 + 1e-12) for s in steps)
+    assert len({s["delta_i"] for s in steps}) > 1
