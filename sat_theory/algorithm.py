@@ -632,9 +632,14 @@ def _stage_record(st: _Stage, order: list[int], steps: list[dict], J_before: flo
         rec["empirical_certificate_sat"] = empirical_certificate_sat(
             L_hat, d_hat, z_hat, N, gamma, A_max, cfg.delta_conf)
         rec["lower_bound_estimated"] = stage_lower_bound(L_hat, d_hat, z_hat, gamma, A_max)
+        emp = rec["empirical_certificate"]
+        # coverage of the high-probability certificate (meaningful where the improvement is
+        # exact, i.e. the tabular world)
+        rec["empirical_holds"] = None if emp is None or rec["lower_bound_source"] != "exact" \
+            else bool(rec["true_improvement"] >= emp)
     else:
         rec["empirical_certificate"] = rec["empirical_certificate_sat"] = None
-        rec["lower_bound_estimated"] = None
+        rec["lower_bound_estimated"] = rec["empirical_holds"] = None
     rec["rejected_steps"] = int(sum(bool(s["rejected"]) for s in steps))
     rec["out_of_region_steps"] = int(sum(bool(s["out_of_region"]) for s in steps))
     rec["rollouts"] = st.state.rollouts

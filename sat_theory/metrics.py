@@ -23,8 +23,12 @@ Every training run — tabular or LLM — writes one folder:
   stage's own terms; ``lower_bound_source`` says ``"exact"`` or ``"estimated"``),
   ``lower_bound_max``, ``lower_bound_stale``, the tighter ladder ``lower_bound_fnorm``,
   ``lower_bound_tv``, ``A_max``, ``c``, ``holds``, ``violated``; in sampled mode
-  ``empirical_certificate`` (THEORY §6, TeamTR Thm E.10) and ``empirical_certificate_sat``
-  (SAT's finite-sample term); ``rollouts`` / ``episodes`` (cumulative budget).
+  ``empirical_certificate`` (THEORY §6, TeamTR Thm E.10, evaluated with the estimated
+  ``L̂_i, δ̂_i, ζ̂_i``, ``N_i`` episodes and ``A_clip := A_max`` because ``L̂`` is in reward
+  units), ``empirical_certificate_sat`` (SAT's finite-sample term), ``lower_bound_estimated``
+  (THEORY §4 form from the estimates, no finite-sample term) and ``empirical_holds``
+  (``true_improvement ≥ empirical_certificate``, tabular only); ``rollouts`` / ``episodes``
+  (cumulative budget), ``rejected_steps``, ``out_of_region_steps``.
 
   ``"swap"`` — a plug-and-play replacement: ``stage``, ``agent``, ``strategy``,
   ``J_before_swap``, ``J_after_swap`` and the alignment's own numbers.
