@@ -285,7 +285,264 @@ def section_is(out: Path) -> str:
     return "\n".join(s) + "\n"
 
 
-SECTIONS = [section_n_scaling, section_violation, section_ladder, section_order, section_is]
+def _by_method(df: pd.DataFrame, col: str, fn="mean") -> dict:
+    return df.groupby("method")[col].agg(fn).to_dict()
+
+
+def section_training(out: Path) -> str:
+    title = "Training curves at a matched rollout budget (TeamTR Fig. 3)"
+    df = _read(out, "fig_training_curves")
+    if df is None:
+        return _missing(title, "fig_training_curves")
+    last = df[df.stage == df.stage.max()]
+    fin = last.groupby("method").J_after.agg(["mean", "std", "count"]).reset_index()
+    # regressions: stages whose true improvement was negative
+    reg = df.groupby("method").true_improvement.agg(lambda v: float(np.mean(v < 0))).to_dict()
+    fin["regression_rate"] = fin.method.map(reg)
+    eps = df.groupby("method").episodes.max().to_dict() if "episodes" in df else {}
+    fin["episodes"] = fin.method.map(eps)
+    order = ["sat", "naive", "joint", "no-tr", "happo"]
+    fin = fin.set_index("method").reindex([m for m in order if m in set(fin.method)]).reset_index()
+    best = fin.loc[fin["mean"].idxmax(), "method"]
+    sat = fin.set_index("method").loc["sat"] if "sat" in set(fin.method) else None
+    nai = fin.set_index("method").loc["naive"] if "naive" in set(fin.method) else None
+    same_jn = ("joint" in set(df.method) and "naive" in set(df.method) and np.allclose(
+        df[df.method == "joint"].sort_values(["seed", "stage"]).J_after.to_numpy(),
+        df[df.method == "naive"].sort_values(["seed", "stage"]).J_after.to_numpy()))
+    s = [f"## {title}\n", _img("fig_training_curves"),
+         "**What it tests.** Whether SAT/TeamTR improves the team steadily and ends higher than "
+         "naive sequential, joint, no-trust-region and HAPPO updates at the same number of "
+         "episodes per stage.\n",
+         f"**Paper.** {PAPER['training']['src']}.\n",
+         f"**Ours** (final exact J after stage {int(df.stage.max())}, mean ± std over seeds; "
+         "regression rate = fraction of stages with a negative true improvement; episodes = "
+         "total per run):\n",
+         md_table(fin.rename(columns={"mean": "final_J", "std": "std", "count": "seeds"})), ""]
+    verdict = (f"Best final J: {best}. " + (
+        f"SAT ends {'above' if sat['mean'] > nai['mean'] else 'below'} naive sequential "
+        f"({sat['mean']:.3f} vs {nai['mean']:.3f}; difference {sat['mean'] - nai['mean']:+.3f}, "
+        f"seed std {sat['std']:.3f} / {nai['std']:.3f}). " if sat is not None and nai is not None else ""))
+    if sat is not None and nai is not None and sat["mean"] <= nai["mean"]:
+        verdict += ("Disagrees with the paper here: at a matched budget SAT draws a third of the "
+                    "episodes per update (it resamples before each of the 3 updates), so its "
+                    "updates are noisier, while the stale batch's bias is small at δ = 0.01 — "
+                    "the chained occupancy shift of 2 earlier steps of expected KL 0.01 is tiny "
+                    "(see the stale-gap section). The stale-occupancy failure the paper describes "
+                    "needs larger drift (more agents, larger steps, or structured MDPs such as the "
+                    "verify suite's naive_reuse counterexample). ")
+    else:
+        verdict += "Agrees with the paper's ordering of SAT over naive sequential. "
+    if same_jn:
+        verdict += ("joint and naive produce identical curves: with one batch per stage an "
+                    "agent's update does not depend on the others' new parameters, so the two "
+                    "coincide in this implementation.")
+    s.append("**Agreement.** " + verdict)
+    return "\n".join(s) + "\n"
+
+
+def section_kl(out: Path) -> str:
+    title = "Per-update KL and the out-of-region rate (TeamTR Fig. 4a)"
+    df = _read(out, "fig_kl_distribution")
+    if df is None:
+        return _missing(title, "fig_kl_distribution")
+    delta = float(df.delta_i.dropna().min()) if "delta_i" in df and df.delta_i.notna().any() else 0.01
+    rows = []
+    for m, g in df.groupby("method"):
+        rows.append(dict(method=m, updates=len(g), median_kl_hat=float(g.kl.median()),
+                         out_hat=float(np.mean(g.kl > delta)), median_kl_exact=float(g.delta.median()),
+                         out_exact=float(np.mean(g.delta > delta)),
+                         rejected=float(np.mean(g.rejected.astype(bool))) if "rejected" in g else np.nan))
+    t = pd.DataFrame(rows)
+    sat_out = t.set_index("method").out_exact.get("sat", np.nan)
+    other = t[t.method.isin(["no-tr", "happo"])].out_exact
+    s = [f"## {title}\n", _img("fig_kl_distribution"),
+         "**What it tests.** Whether the trust region keeps updates inside δ, measured by the "
+         "monitored estimate δ̂ and (tabular only) by the exact expected KL.\n",
+         f"**Paper.** {PAPER['kl']['src']}.\n",
+         f"**Ours** (δ = {delta:g}; out_* = fraction of updates above δ):\n", md_table(t), ""]
+    s.append("**Agreement.** " + (
+        f"SAT's updates stay in region ({100 * sat_out:.0f}% out by the exact KL). "
+        + (f"The methods without a trust region are out of region on "
+           f"{100 * other.max():.0f}% of updates at most: "
+           + ("like the paper, they leave the region." if other.max() > 0.1 else
+              "unlike the paper's PPO/GRPO/DAPO baselines, they rarely leave it here — the "
+              "tabular backend's optimizer (a few Adam epochs with ratio clipping) takes steps "
+              "smaller than δ = 0.01 even without a KL constraint, so clipping alone keeps them "
+              "in region.") if len(other) else "")))
+    return "\n".join(s) + "\n"
+
+
+def section_tracking(out: Path) -> str:
+    title = "Cumulative certificate vs measured improvement (TeamTR Fig. 4b)"
+    df = _read(out, "fig_certificate_tracking")
+    if df is None:
+        return _missing(title, "fig_certificate_tracking")
+    cum = df.sort_values("stage").groupby("seed")[
+        [c for c in ("true_improvement", "lower_bound_estimated", "lower_bound", "lower_bound_tv") if c in df]].sum()
+    m = cum.mean()
+    s = [f"## {title}\n", _img("fig_certificate_tracking"),
+         "**What it tests.** Whether the stage certificates, summed over training, stay below the "
+         "measured improvement while tracking it.\n",
+         f"**Paper.** {PAPER['tracking']['src']}: the certificate \"remains conservative while "
+         "tracking progress with a consistent gap\".\n",
+         f"**Ours** (SAT, sums over {int(df.stage.max()) + 1} stages, mean over seeds): measured "
+         f"{m.true_improvement:.3f}; paper-form certificate with estimated terms "
+         f"{m.get('lower_bound_estimated', np.nan):.1f}; with exact terms {m.get('lower_bound', np.nan):.1f}; "
+         f"tightest exact rung {m.get('lower_bound_tv', np.nan):.2f}. Every stage's exact bound held: "
+         f"{bool(df.holds.all()) if 'holds' in df else 'n/a'}.\n"]
+    s.append("**Agreement.** Conservative, as the paper says — but far from tracking: the "
+             f"paper-form certificate is {abs(m.get('lower_bound_estimated', np.nan) / m.true_improvement):.0f}× "
+             "the measured gain in magnitude and of the opposite sign, because its penalty "
+             "c·Σ√δ_i with c = √2γA_max/(1−γ)² is first order in √δ while the gain is first order "
+             "in the step. The paper's visibly tracking certificate is not what Thm 3.6 gives with "
+             f"these constants; this project's tightest rung ({m.get('lower_bound_tv', np.nan):.2f}) is the "
+             "nearest to the measured curve.")
+    return "\n".join(s) + "\n"
+
+
+def section_cert_vs(out: Path) -> str:
+    from sat_theory.plotting import spearman
+
+    title = "Per-stage certificate vs improvement (TeamTR Fig. 4c)"
+    df = _read(out, "fig_certificate_vs_improvement")
+    if df is None:
+        return _missing(title, "fig_certificate_vs_improvement")
+    rows = []
+    for col in ("lower_bound_estimated", "lower_bound", "lower_bound_tv"):
+        if col in df:
+            rows.append(dict(certificate=col, spearman=spearman(df[col], df.true_improvement),
+                             violation_rate=float(np.mean(df[col] > df.true_improvement)),
+                             median_certificate=float(df[col].median())))
+    t = pd.DataFrame(rows)
+    s = [f"## {title}\n", _img("fig_certificate_vs_improvement"),
+         "**What it tests.** Whether per-stage certificates rank stages like their true "
+         "improvements (rank correlation) and never exceed them (violation rate).\n",
+         "**Paper.** TeamTR Fig. 4c: conservative (low violation rate) with positive rank "
+         "correlation (the number is in the figure only).\n",
+         f"**Ours** (SAT stages, n = {len(df)}; median true improvement "
+         f"{df.true_improvement.median():.3f}):\n", md_table(t), ""]
+    rho = t.set_index("certificate").spearman
+    s.append("**Agreement.** " + (
+        "Violation rate 0 for every form: conservative, as the paper says. " if (t.violation_rate == 0).all()
+        else "Some certificate exceeded the true improvement on some stages. ")
+        + f"Rank correlation of the paper's form: {rho.get('lower_bound_estimated', np.nan):.2f} — "
+        + ("positive like the paper's." if rho.get("lower_bound_estimated", 0) > 0.3 else
+           "not a useful positive correlation: the certificate's variation across stages is "
+           "driven by the penalty (A_max, √δ̂), not by the gain, so it does not rank stages by "
+           "their improvement."))
+    return "\n".join(s) + "\n"
+
+
+def section_stale_gap(out: Path) -> str:
+    title = "Stale-occupancy gap within a stage (TeamTR Fig. 2)"
+    df = _read(out, "fig_stale_gap")
+    if df is None:
+        return _missing(title, "fig_stale_gap")
+    t = df[df.step.isin([2, 3])].groupby(["method", "step"])[["gap_exact", "gap_used"]].mean().reset_index()
+    piv = t.pivot_table(index="method", columns="step", values="gap_exact")
+    grows = {m: bool(piv.loc[m, 3] > piv.loc[m, 2]) for m in piv.index if 3 in piv.columns}
+    pu = t.pivot_table(index="method", columns="step", values="gap_used")
+    s = [f"## {title}\n", _img("fig_stale_gap"),
+         "**What it tests.** Whether the surrogate on stage-start rollouts drifts away from the "
+         "one on the intermediate team's rollouts, more for the later step i = 3 than for i = 2.\n",
+         f"**Paper.** {PAPER['stale_gap']['src']}; Fig. 2: the gap is larger at i = 3 than at "
+         "i = 2 for methods reusing stage-start rollouts, and much smaller for TeamTR.\n",
+         "**Ours** (mean over stages and seeds; gap_exact = |L_i^stale − L_i^seq|, "
+         "gap_used = |L̂_i − L_i^seq| for the surrogate the method optimized):\n", md_table(t), ""]
+    s.append("**Agreement.** " + "; ".join(
+        f"{m}: exact gap {'larger' if g else 'not larger'} at i = 3 than at i = 2" for m, g in grows.items())
+        + (". The compounding with i agrees with the paper (the chained shift Σ_{k<i}√δ_k grows with i). "
+           if grows and all(grows.values()) else
+           ". The paper's compounding with i is not seen for every method here. ")
+        + (f"The exact gap is of the same size for SAT and naive ({piv.loc['sat'].mean():.1e} vs "
+           f"{piv.loc['naive'].mean():.1e}): it is a function of the policy sequence, and the "
+           "sequences are close. What SAT avoids is optimizing the stale surrogate; its own "
+           f"surrogate error (gap_used, {pu.loc['sat'].mean():.1e}) is sampling noise, naive's "
+           f"({pu.loc['naive'].mean():.1e}) is noise plus the stale gap"
+           + (" — at this δ the noise dominates both." if pu.loc["naive"].mean() > 3 * piv.loc["naive"].mean()
+              else ".") if {"sat", "naive"} <= set(piv.index) else ""))
+    return "\n".join(s) + "\n"
+
+
+def section_pnp(out: Path) -> str:
+    title = "Plug-and-play replacement (TeamTR Fig. 6, Table 11)"
+    t = _read(out, "table_plug_and_play")
+    if t is None:
+        return _missing(title, "table_plug_and_play")
+    P = PAPER["pnp"]
+    show = t[["kind", "strategy", "seeds", "final_J_mean", "final_J_std", "swap_shock_mean",
+              "swap_shock_pct_mean", "align_kl_exact"]]
+    s = [f"## {title}\n", _img("fig_plug_and_play"),
+         "**What it tests.** Whether aligning a replacement agent to the old one (Stage-0) before "
+         "the swap avoids the swap shock and ends higher than a direct swap or retraining.\n",
+         f"**Paper.** {P['src']}: swap shock {P['shock_direct']} points (direct) vs "
+         f"{P['shock_stage0']} (Stage-0); final {P['final_direct']}% vs {P['final_stage0']}%; "
+         "retraining ends below the aligned swap.\n",
+         "**Ours** (shock = J after swap − J before; % of the pre-swap J):\n", md_table(show), ""]
+    g = t.set_index("variant")
+    lines = []
+    if {"random/direct", "random/stage0"} <= set(g.index):
+        rd, rs_ = g.loc["random/direct"], g.loc["random/stage0"]
+        lines.append(f"Random (mismatched) replacement: direct shock {rd.swap_shock_mean:+.3f} vs Stage-0 "
+                     f"{rs_.swap_shock_mean:+.3f}; final J {rd.final_J_mean:.3f} vs {rs_.final_J_mean:.3f}"
+                     + (" — agrees with the paper: alignment removes most of the shock and ends higher."
+                        if abs(rs_.swap_shock_mean) < abs(rd.swap_shock_mean) and rs_.final_J_mean > rd.final_J_mean
+                        else " — does not reproduce the paper's ordering."))
+    if {"stronger/direct", "stronger/stage0"} <= set(g.index):
+        sd, ss = g.loc["stronger/direct"], g.loc["stronger/stage0"]
+        lines.append(f"Stronger replacement: direct {sd.swap_shock_mean:+.3f} vs Stage-0 "
+                     f"{ss.swap_shock_mean:+.3f}; final J {sd.final_J_mean:.3f} vs {ss.final_J_mean:.3f}"
+                     + (" — here a direct swap is better: the new agent is better at the task and "
+                        "compatible with the team (the tabular world has no chat-protocol mismatch), "
+                        "so there is no shock to remove, and Stage-0 alignment, by pulling the agent "
+                        "back within δ of the old one, throws its strength away. Stage-0 pays off "
+                        "when the replacement is mismatched, not merely different."
+                        if sd.final_J_mean > ss.final_J_mean else "."))
+    s.append("**Agreement.** " + " ".join(lines))
+    return "\n".join(s) + "\n"
+
+
+def section_ablations(out: Path) -> str:
+    title = "Ablations with a tabular meaning (TeamTR Table 9)"
+    t = _read(out, "table_ablations")
+    if t is None:
+        return _missing(title, "table_ablations")
+    show = t[["paper_row", "paper_acc", "paper_delta_stale", "final_J", "final_J_std",
+              "delta_stale_final", "surrogate_gap_final", "stability", "out_of_region_rate",
+              "adv_clip_frac", "bound_violations"]]
+    g = t.set_index("variant")
+    full = g.loc["full"]
+    spread = float(t.final_J.max() - t.final_J.min())
+    noise = float(t.final_J_std.mean())
+    same_clip = np.isclose(g.loc["no-clip", "final_J"], full.final_J) if "no-clip" in g.index else False
+    # Spearman of our final J against the paper's accuracy over the rows
+    from sat_theory.plotting import spearman
+
+    rho = spearman(t.paper_acc, t.final_J)
+    s = [f"## {title}\n", "Data: [`table_ablations.csv`](table_ablations.csv)\n",
+         "**What it tests.** Which components matter: resampling (none / every 2 updates / "
+         "importance weights), trust region (none, δ = 0.001, δ = 0.1, adaptive), update order, "
+         "advantage normalization and clipping.\n",
+         f"**Paper.** {PAPER['ablations']['src']} (columns paper_acc, paper_delta_stale).\n",
+         f"**Ours** ({int(t.seeds.min())} seeds; final exact J; Δ_stale and surrogate gap at the final stage):\n",
+         md_table(show), ""]
+    s.append("**Agreement.** " + (
+        f"The spread of final J across rows ({spread:.3f}) is comparable to the seed std "
+        f"({noise:.3f}), so most rows are not distinguishable here; " if spread < 3 * noise else
+        f"Rows differ by up to {spread:.3f} in final J (seed std {noise:.3f}); ")
+        + f"the rank correlation between our final J and the paper's accuracy over the rows is "
+        f"{rho:.2f}. "
+        + ("'No hard clipping' equals the full method exactly: with G episodes per group the "
+           "normalized advantage is bounded by √(G−1) < A_clip, so the clip never binds "
+           f"(clip fraction {full.adv_clip_frac:.3f}). " if same_clip else "")
+        + "'Fixed order' is the full method's own order, hence identical. Every row's exact "
+        f"certificate held on every stage: {bool((t.bound_violations == 0).all())}.")
+    return "\n".join(s) + "\n"
+
+
+SECTIONS = [section_stale_gap, section_n_scaling, section_training, section_kl, section_tracking,
+            section_cert_vs, section_violation, section_pnp,
+            section_order, section_ladder, section_is, section_ablations]
 
 
 def timing_section(out: Path) -> str:
@@ -311,7 +568,11 @@ def write_report(out: Path | str) -> Path:
              "every number of ours below is computed from those CSVs. Paper numbers are quoted "
              "from the papers and are targets to compare against, not inputs.\n"]
     for fn in SECTIONS:
-        parts.append(fn(out))
+        try:
+            parts.append(fn(out))
+        except Exception as e:  # an old or partial CSV must not lose the other sections
+            parts.append(f"## {fn.__name__}\n\nThis section could not be written from the CSVs in "
+                         f"this folder ({type(e).__name__}: {e}); rerun its study.\n")
     parts.append(timing_section(out))
     path = out / "REPORT.md"
     path.write_text("\n".join(parts))

@@ -1,0 +1,176 @@
+"""Smoke and unit tests of the figure pipeline (experiments/, sat_theory.plotting, `sat figures`,
+`sat plot`) on tiny settings."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from experiments import common, report  # noqa: E402
+from experiments.runs import RunSet, ensure_runs, load  # noqa: E402
+from sat_theory import cli  # noqa: E402
+from sat_theory.certificates import intermediate_policies  # noqa: E402
+from sat_theory.envs import random_mdp  # noqa: E402
+from sat_theory.evaluate import evaluate  # noqa: E402
+from sat_theory.plotting import read_metrics, spearman  # noqa: E402
+from sat_theory.policy import TeamPolicy, factor_kl  # noqa: E402
+
+
+def _outputs_ok(out: Path, name: str):
+    for ext in ("csv", "png", "pdf"):
+        p = out / f"{name}.{ext}"
+        assert p.exists() and p.stat().st_size > 0, p
+
+
+# ------------------------------------------------------------------ pure pieces
+def test_power_law_fit_recovers_exponent():
+    n = np.array([2, 3, 4, 5, 6, 8], dtype=float)
+    a, c = common.fit_power_law(n, 3.0 * n ** 1.5)
+    assert a == pytest.approx(1.5, abs=1e-12) and c == pytest.approx(3.0, rel=1e-12)
+
+
+def test_power_law_fit_rejects_nonpositive():
+    assert all(math.isnan(v) for v in common.fit_power_law([1, 2], [1.0, 0.0]))
+
+
+def test_spearman_is_rank_based():
+    x = np.arange(10.0)
+    assert spearman(x, np.exp(x)) == pytest.approx(1.0)
+    assert spearman(x, -x ** 3) == pytest.approx(-1.0)
+    assert math.isnan(spearman([1, 2], [2, 1]))
+
+
+@pytest.mark.parametrize("layout", ["turn", "masked"])
+def test_tr_step_hits_the_radius(layout):
+    mdp = random_mdp(9, 3, 3, layout=layout, seed=3)
+    pol = TeamPolicy.random(mdp, 1)
+    ev = evaluate(mdp, pol)
+    new = common.tr_factor_step(mdp, pol, ev.A, ev.d, 1, 0.02)
+    assert float(ev.d @ factor_kl(mdp, pol.factors[1], new, 1)) == pytest.approx(0.02, rel=1e-6)
+
+
+def test_stale_stage_final_team_does_not_depend_on_order():
+    # every stale target is computed at π̂^0, so the final team is the same for any order
+    mdp = random_mdp(9, 3, 3, layout="turn", seed=5)
+    cur = TeamPolicy.random(mdp, 2)
+    a, _, _ = common.exact_stage(mdp, cur, [0, 1, 2], 0.01, "stale")
+    b, _, _ = common.exact_stage(mdp, cur, [2, 0, 1], 0.01, "stale")
+    for fa, fb in zip(a.factors, b.factors):
+        np.testing.assert_allclose(fa, fb, rtol=0, atol=1e-12)
+
+
+def test_exact_stage_evaluations_match_intermediate_policies():
+    mdp = random_mdp(8, 2, 2, layout="simultaneous", seed=1)
+    cur = TeamPolicy.random(mdp, 0)
+    tar, cert, evs = common.exact_stage(mdp, cur, [1, 0], 0.01)
+    pols = intermediate_policies(cur, tar, [1, 0])
+    assert [e.J for e in evs] == pytest.approx([evaluate(mdp, p).J for p in pols], abs=1e-12)
+    assert cert.holds
+
+
+def test_read_metrics_skips_torn_last_line(tmp_path):
+    recs = [{"kind": "step", "stage": 0, "step": 1, "kl": "Infinity"},
+            {"kind": "stage", "stage": 0, "order": [1, 0], "J_before": 0.0, "J_after": 1.0},
+            {"kind": "swap", "stage": 0}]
+    text = "\n".join(json.dumps(r) for r in recs) + '\n{"kind": "st'
+    (tmp_path / "metrics.jsonl").write_text(text)
+    steps, stages = read_metrics(tmp_path)
+    assert len(steps) == 1 and len(stages) == 1
+    assert steps.kl.iloc[0] == math.inf and stages.order.iloc[0] == [1, 0]
+
+
+def test_report_numbers_come_from_the_csv(tmp_path):
+    rows = []
+    for lay in ("turn",):
+        for m, a in (("naive", 1.234), ("sat", 0.987)):
+            for met in ("Delta_stale", "D_occ", "surrogate_error", "penalty"):
+                for n in (2, 4):
+                    rows.append(dict(delta=0.01, layout=lay, method=m, metric=met, n=n, mean=n ** a,
+                                     std=0.0, n_seeds=1, exponent=a, prefactor=1.0))
+    rows.append(dict(layout="any", method="analytic", metric="analytic_n", exponent=1.0))
+    rows.append(dict(layout="any", method="analytic", metric="analytic_n(n+1)/2", exponent=1.77))
+    pd.DataFrame(rows).to_csv(tmp_path / "table_n_scaling.csv", index=False)
+    text = report.section_n_scaling(tmp_path)
+    assert "1.23" in text and "0.99" in text and "1.77" in text
+    assert "Not generated" in report.section_is(tmp_path)
+
+
+# ------------------------------------------------------------------ studies, tiny
+def test_exact_studies_write_csv_png_pdf(tmp_path):
+    from experiments import fig_certificate_ladder, fig_is_degeneracy, fig_order_sensitivity
+
+    opts = common.Options(out=tmp_path, quick=True, seeds=1)
+    for mod in (fig_certificate_ladder, fig_order_sensitivity, fig_is_degeneracy):
+        mod.run(opts)
+        _outputs_ok(tmp_path, mod.NAME)
+    lad = pd.read_csv(tmp_path / "fig_certificate_ladder.csv")
+    assert (lad.holds_rate == 1.0).all()  # every bound is a theorem
+    isd = pd.read_csv(tmp_path / "table_is_degeneracy.csv")
+    assert ((isd.ess_over_B >= 0) & (isd.ess_over_B <= 1)).all()
+
+
+def test_n_scaling_table_has_exponents(tmp_path):
+    from experiments import fig_n_scaling
+
+    cfg = fig_n_scaling.Config(ns=(2, 3, 4), layouts=("turn",), stages=1, seeds=1)
+    agg, fits = fig_n_scaling.summarize(fig_n_scaling.simulate(cfg))
+    assert {"method", "metric", "exponent"} <= set(fits.columns)
+    got = fits[(fits.method == "sat") & (fits.metric == "D_occ")].exponent.iloc[0]
+    sub = agg[(agg.method == "sat") & (agg.metric == "D_occ")].sort_values("n")
+    assert got == pytest.approx(common.fit_power_law(sub.n, sub["mean"])[0])
+
+
+def test_run_set_and_run_log_figures(tmp_path):
+    from experiments import fig_plug_and_play
+
+    rs = RunSet(name="tiny", stages=3, seeds=1, budget_groups=6, group_size=4,
+                variants={"sat": {"method": "sat"}, "naive": {"method": "naive"},
+                          "stronger/direct": {"method": "sat", "swap_stage": 1, "swap_strategy": "direct"}})
+    dirs = ensure_runs(tmp_path, rs, quiet=True)
+    mtimes = [(d / "metrics.jsonl").stat().st_mtime_ns for d in dirs]
+    assert ensure_runs(tmp_path, rs, quiet=True) == dirs  # cached: not retrained
+    assert [(d / "metrics.jsonl").stat().st_mtime_ns for d in dirs] == mtimes
+    steps, stages, swaps = load(tmp_path, rs)
+    assert set(stages.method) == {"sat", "naive", "stronger/direct"} and len(swaps) == 1
+    # matched budget: every method sees the same episodes per stage
+    eps = stages.groupby("method").episodes.max()
+    assert eps.nunique() == 1
+    summ = fig_plug_and_play.summary(stages[stages.method == "stronger/direct"], swaps)
+    assert summ.swap_shock_mean.iloc[0] == pytest.approx(swaps.swap_shock.iloc[0])
+    # `sat plot` on one of the runs draws the run-log figures
+    out = tmp_path / "plots"
+    assert cli.main(["plot", str(dirs[0]), "--out", str(out)]) == 0
+    for name in ("training_curve", "kl_distribution", "certificate_tracking",
+                 "certificate_vs_improvement", "stale_gap"):
+        assert (out / f"{name}.png").stat().st_size > 0 and (out / f"{name}.pdf").exists()
+
+
+def test_sat_figures_only_one_study_is_deterministic(tmp_path):
+    for sub in ("a", "b"):
+        rc = cli.main(["figures", "--quick", "--only", "fig_certificate_ladder", "--seeds", "1",
+                       "--out", str(tmp_path / sub)])
+        assert rc == 0
+        _outputs_ok(tmp_path / sub, "fig_certificate_ladder")
+    assert ((tmp_path / "a" / "fig_certificate_ladder.csv").read_bytes()
+            == (tmp_path / "b" / "fig_certificate_ladder.csv").read_bytes())
+    rep = (tmp_path / "a" / "REPORT.md").read_text()
+    assert "Certificate ladder" in rep and "Run time" in rep
+    assert json.loads((tmp_path / "a" / "timings.json").read_text())["studies"]["fig_certificate_ladder"]
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    assert cli.main(["figures", "--only", "fig_nope", "--out", str(tmp_path)]) == 2
+    assert cli.main(["figures", "--seeds", "0", "--out", str(tmp_path)]) == 2
+    assert cli.main(["plot", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("sat ") for line in err)
