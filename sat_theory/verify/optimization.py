@@ -65,7 +65,8 @@ def stage0_alignment(*, quick: bool = True, seed: int = 0, mutation: str | None 
     rng = np.random.default_rng([seed, 7101])
     tally = Tally("stage0_alignment")
     rows = dict(steps=[], dJ_direct=[], dJ_distill=[], dJ_proj=[], dJ_proj_tr=[], keep_distill=[],
-                keep_proj=[], sat_cert_dir=[], sat_cert_frac=[], probe_gen=[], distill_max=[])
+                keep_proj=[], sat_cert_dir=[], sat_cert_frac=[], probe_gen=[], distill_max=[],
+                final_distill=[], final_proj=[])
     for k, c in enumerate(_mini_cases(seed, 12 if quick else 100, kinds=("random",))):
         mdp, cur = c.mdp, c.current
         j = int(rng.integers(mdp.n_agents))
@@ -106,6 +107,8 @@ def stage0_alignment(*, quick: bool = True, seed: int = 0, mutation: str | None 
         for key, f in (("dJ_direct", pre), ("dJ_distill", new_d), ("dJ_proj", proj.pi),
                        ("dJ_proj_tr", proj_tr.pi)):
             rows[key].append(evaluate(mdp, cur.with_factor(j, f)).J - J0)
+        rows["final_distill"].append(tr.kl[-1] / delta)
+        rows["final_proj"].append(probe_kl(old, proj.pi, exact_nu) / delta)
         rows["keep_distill"].append(probe_kl(new_d, pre, exact_nu))
         rows["keep_proj"].append(probe_kl(proj.pi, pre, exact_nu))
         cd = proj.kl_cur_new[act]
@@ -115,7 +118,8 @@ def stage0_alignment(*, quick: bool = True, seed: int = 0, mutation: str | None 
         rows["distill_max"].append(float(kl_rows(old, new_d)[act].max()) / delta)
     r = rows
     return tally.result([
-        f"distillation steps to reach δ_align: {_q(r['steps'])}",
+        f"distillation steps to reach δ_align: {_q(r['steps'])}; final E_ν KL(π_old‖π_new)/δ_align: "
+        f"distilled {_q(r['final_distill'])}, SAT projection (E_d) {_q(r['final_proj'])}",
         f"J(swap) − J(π_cur): direct {_q(r['dJ_direct'])}; distilled {_q(r['dJ_distill'])}; "
         f"SAT projection {_q(r['dJ_proj'])}; projection in the trust-region direction "
         f"{_q(r['dJ_proj_tr'])}",
@@ -186,6 +190,7 @@ def information_geometric_gain(*, quick: bool = True, seed: int = 0, mutation: s
     tally = Tally("information_geometric_gain")
     ratio_kl, ratio_kl_max, ratio_F, lin_over_gain, pos_bound, pos_bound_id = {}, [], {}, [], 0, 0
     bridge_viol, bridge_cases, stage_slack, n_steps = 0, 0, [], 0
+    kappas, a_ids, best_bound = [], [], []
     budgets = (1e-4, 1e-3, 1e-2, 0.1, 1.0)
     cs = [(c.mdp, c.current, c.label) for c in _mini_cases(seed, 20 if quick else 150, kinds=("random",))]
     for k, (mdp, cur, label) in enumerate(cs):
@@ -219,6 +224,9 @@ def information_geometric_gain(*, quick: bool = True, seed: int = 0, mutation: s
             tally.record(gain - (lin - curv), scale=abs(gain) + lin, label=lab + " local gain")
             tally.record(gain - (lin - curv_id), scale=abs(gain) + lin,
                          label=lab + " local gain (identifiable λ_min)")
+            kappas.append(st["kappa"])
+            a_ids.append(a_id)
+            best_bound.append(st["kappa"] ** 2 / (4 * a_id))  # max_δ̄ κ√δ̄ − aδ̄, at δ̄ = κ²/(4a²)
             pos_bound += lin - a * budget > 0
             pos_bound_id += lin - a_id * budget > 0
             if gain > 0 and lin > 0:
@@ -260,6 +268,8 @@ def information_geometric_gain(*, quick: bool = True, seed: int = 0, mutation: s
         "on the identifiable directions — the curvature term makes the budget-aware bound "
         "vacuous except for tiny δ̄",
         f"first-order prediction κ√δ̄ / true surrogate gain: {_q(lin_over_gain)}",
+        f"κ {_q(kappas)}; a (identifiable λ_min) {_q(a_ids)}; best possible gain term "
+        f"max_δ̄(κ√δ̄ − aδ̄) = κ²/(4a): {_q(best_bound)}",
         f"using δ̄ itself as the penalty radius (bridge taken as exact, identifiable λ_min): "
         f"{bridge_viol}/{bridge_cases} stages violate the bound",
     ])
@@ -396,9 +406,12 @@ def projected_gradient_convergence(*, quick: bool = True, seed: int = 0, mutatio
     tally = Tally("projected_gradient_convergence")
     K = 60 if quick else 300
     final_gm = []
-    items = [(c.mdp, c.current, c.target, c.label) for c in _mini_cases(seed + 4, 10 if quick else 80)]
-    items += [(m, u, t, lab) for m, u, t, lab in _sign_bandit_steps((0.05,))]
-    for k, (mdp, cur, tar, label) in enumerate(items):
+    items = [(c.mdp, c.current, c.target, c.label, (0.01, 0.1, 1.0)[k % 3])
+             for k, c in enumerate(_mini_cases(seed + 4, 10 if quick else 80))]
+    # one state, d = 1: the block curvature reaches A_max/(1−γ)·O(1), so a step far above
+    # 1/L_blk with a wide ball (δ = 100) overshoots — the case that makes step_100x fail
+    items += [(m, u, t, lab, 100.0) for m, u, t, lab in _sign_bandit_steps((0.05,))]
+    for mdp, cur, tar, label, delta in items:
         g_ = mdp.gamma
         order = tuple(range(mdp.n_agents))
         pols = intermediate_policies(cur, tar, order)
@@ -410,7 +423,6 @@ def projected_gradient_convergence(*, quick: bool = True, seed: int = 0, mutatio
         A_max = max(r[3] for r in refs)
         L_blk = A_max / (1 - g_) * (B2 + B1_SQ)
         eta = (100.0 if mutation == "step_100x" else 1.0) / L_blk
-        delta = (0.01, 0.1, 1.0)[k % 3]
         radius = 2 * math.sqrt(delta)
         theta0 = {j: np.log(cur.factors[j]) for j in order}
         theta = {j: t.copy() for j, t in theta0.items()}
@@ -448,8 +460,8 @@ def projected_gradient_convergence(*, quick: bool = True, seed: int = 0, mutatio
         tally.record(rhs - lhs, scale=rhs, label=f"{label} O(1/K) bound",
                      tightness=rhs / lhs if lhs > 0 else None)
         final_gm.append(gm_sq[-1])
-    return tally.result([f"K={K} block steps per case; bound/average ‖g_η‖² (tightness) and the "
-                         f"last ‖g_η‖²: {_q(final_gm)}",
+    return tally.result([f"K={K} block steps per case; tightness = 2(G(θ^K)−G(θ^0))/(ηK) over "
+                         f"the average ‖g_η‖²; last ‖g_η‖² per case: {_q(final_gm)}",
                          "L_blk = A_max/(1−γ)(B_2+B_1²) with B_1²=2, B_2=½ for softmax logits; the "
                          "true block curvature is at most max_s d(s) times that, so steps are "
                          "conservative"])
