@@ -103,7 +103,7 @@ class TabularTeam:
 
     def __init__(self, mdp: FactorizedMDP, policy: TeamPolicy | None = None, *,
                  mode: str = "exact", seed: int = 0, exact_step: str = "proximal",
-                 lr: float = 0.1, epochs: int = 10, clip_eps: float = 0.2,
+                 lr: float = 0.5, epochs: int = 10, clip_eps: float = 0.2,
                  horizon: int | None = None, horizon_tol: float = 1e-3, n_probe: int = 500):
         if mode not in MODES:
             raise InputError(f"unknown mode {mode!r}; choose exact or sampled")

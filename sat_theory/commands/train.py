@@ -57,7 +57,8 @@ def add_arguments(p):
                       help="sampled mode (implied by --group-size/--groups)")
     src.add_argument("--exact-step", choices=("proximal", "npg"), default="proximal",
                      help="exact mode: the trust-region step on the exact surrogate")
-    src.add_argument("--lr", type=float, default=0.1, help="sampled mode: Adam learning rate")
+    src.add_argument("--lr", type=float, default=0.5,
+                     help="sampled mode: Adam learning rate (0.5: the trust region δ = 0.01 binds)")
     src.add_argument("--epochs", type=int, default=10, help="sampled mode: Adam steps per update")
     src.add_argument("--horizon-tol", type=float, default=1e-3,
                      help="sampled mode: truncate episodes at H with γ^H ≤ this")
