@@ -612,9 +612,9 @@ def _stage_record(st: _Stage, order: list[int], steps: list[dict], J_before: flo
     else:
         A_max = getattr(team, "advantage_bound", None)
         rec.update(true_improvement=J_after - J_before, lower_bound_source="estimated",
-                   A_max=A_max, c=_c(gamma, A_max) if A_max is not None else None,
+                   A_max=A_max, c=_c(gamma, A_max) if A_max is not None and gamma < 1 else None,
                    lower_bound=(stage_lower_bound(L_hat, d_hat, z_hat, gamma, A_max)
-                                if A_max is not None else None))
+                                if A_max is not None and gamma < 1 else None))
         for k in ("lower_bound_max", "lower_bound_stale", "lower_bound_fnorm", "lower_bound_tv"):
             rec[k] = None
         lb = rec["lower_bound"]
@@ -624,7 +624,7 @@ def _stage_record(st: _Stage, order: list[int], steps: list[dict], J_before: flo
     rec["surrogate_sum"] = float(np.sum(L_hat))
     rec["kl_sum_sqrt"] = float(np.sum(np.sqrt(np.maximum(d_hat, 0.0))))
     sampled = any(s["n_episodes"] is not None for s in steps)
-    if sampled and A_max is not None:
+    if sampled and A_max is not None and gamma < 1:
         N = [s["n_episodes"] or 1 for s in steps]
         A_clip = A_max  # advantages of the certificate's L̂ live in reward units (module doc)
         rec["empirical_certificate"] = empirical_certificate(

@@ -448,3 +448,16 @@ def test_adaptive_delta_exact_mode_follows_the_gain_ratio():
         assert a["rho"] == pytest.approx(a["true_gain"] / a["L_seq"], rel=1e-9)
     assert all(s["delta"] <= s["delta_i"] * (1 + 1e-12) for s in steps)
     assert len({s["delta_i"] for s in steps}) > 1
+
+
+def test_episodic_backend_without_discount_logs_null_bounds():
+    # an LLM-like backend with γ = 1: the γ-dependent certificate terms are null, not NaN
+    team = FakeTeam(2)
+    team.gamma = 1.0
+    cfg = TrainConfig(delta=0.5, stages=1, n_groups=2, group_size=2)
+    rec = Recorder()
+    run_stage(team, cfg, RunState.initial(cfg, 2), log=rec.log)
+    st = rec.kind("stage")[0]
+    assert st["lower_bound"] is None and st["c"] is None and st["holds"] is None
+    assert st["empirical_certificate"] is None
+    assert st["true_improvement"] == st["J_after"] - st["J_before"]
