@@ -156,7 +156,7 @@ class TabularTeam:
         if ev is None:
             ev = evaluate(self.mdp, self._policy_of(logits))
             self._cache[versions] = ev
-            if len(self._cache) > 64:
+            if len(self._cache) > 16:  # each entry may hold an (S, S) LU factorization
                 self._cache.popitem(last=False)
         else:
             self._cache.move_to_end(versions)
@@ -188,6 +188,7 @@ class TabularTeam:
 
     def rollout(self, n_groups: int, group_size: int) -> Batch:
         self._rollout_id += 1
+        self._ctx.clear()  # the algorithm never returns to an older batch after a fresh one
         if self.mode == "exact":
             ev = self._eval_now()
             return Batch([], self._rollout_id, extra=dict(
@@ -412,8 +413,15 @@ class TabularTeam:
 
     def exact_stage_terms(self, stage_start, order) -> dict:
         """:func:`stage_certificate` of stage-start → now in ``order`` (as a dict)."""
-        cur = self._policy_of([sn[0] for sn in stage_start])
-        cert = stage_certificate(self.mdp, cur, self.policy, order)
+        logits = [sn[0] for sn in stage_start]
+        versions = [sn[1] for sn in stage_start]
+        evs = [self._eval(tuple(versions), logits)]
+        for j in order:  # π̂^i: the stage-start team with σ(1..i) at their current factors
+            logits, versions = list(logits), list(versions)
+            logits[j], versions[j] = self.logits[j], self._ver[j]
+            evs.append(self._eval(tuple(versions), logits))
+        cert = stage_certificate(self.mdp, self._policy_of([sn[0] for sn in stage_start]),
+                                 self.policy, order, evaluations=evs)
         return cert.to_dict()
 
     # ------------------------------------------------------------- plug-and-play
