@@ -13,14 +13,17 @@ and ``d`` (``Mᵀ d = (1−γ) ρ0``). The factorization is of ``Mᵀ`` held as 
 view of the C-ordered ``M``, so LAPACK factors it in place without a copy. The policy is
 never expanded to a joint ``(S·K)×S`` matrix beyond the input ``P``.
 
-Sparse path (CSR ``P`` with at least :data:`SPARSE_MIN_STATES` states): ``P_π`` is formed as a
-sparse product and both systems are solved by Jacobi-preconditioned BiCGSTAB (GMRES as a
+Sparse path (CSR ``P`` with at least :data:`SPARSE_MIN_STATES` states): ``P_π`` is formed in
+O(nnz) by scaling ``P``'s data (no sparse product) and ``I − γP_π`` is applied, never built;
+both systems are solved by Jacobi-preconditioned BiCGSTAB (own implementation, GMRES as a
 fallback). Why Krylov: a direct sparse LU of a random transition graph fills in almost
 completely, while ``I − γ P_π`` has its spectrum in the disc of radius γ around 1, so Krylov
 methods converge at least as fast as value iteration and, on mixing chains, far faster (the
-non-unit eigenvalues of ``P_π`` are small). Every sparse solve is checked afterwards: the
-Bellman residual ``‖r_π + γ P_π V − V‖∞`` is reported and must be ``≤ tol``, otherwise
-:class:`ConvergenceError` is raised.
+non-unit eigenvalues of ``P_π`` are small; the iteration count hardly depends on γ). Stopping
+rules are the guarantees callers need: ``V`` stops on the sup-norm Bellman residual
+``‖r_π + γ P_π V − V‖∞ ≤ tol`` (reported as ``Evaluation.residual``); ``d`` stops on the ℓ1
+residual ``≤ tol·(1−γ)``, which bounds ``‖d − d^π‖₁ ≤ tol``. Both are re-checked on the true
+residual, otherwise :class:`ConvergenceError` is raised.
 """
 
 from __future__ import annotations
@@ -53,12 +56,11 @@ def collapse(mdp: FactorizedMDP, pi_joint: np.ndarray):
     Dense ``P`` gives a dense (S, S) ``P_π`` (a fresh C-ordered array the caller may
     overwrite); sparse ``P`` gives CSR.
     """
-    S, K = pi_joint.shape
     r_pi = np.einsum("sk,sk->s", pi_joint, mdp.R)
     if mdp.is_sparse:
-        rows = np.repeat(np.arange(S), K)
-        W = sp.csr_matrix((pi_joint.ravel(), (rows, np.arange(S * K))), shape=(S, S * K))
-        return sp.csr_matrix(W @ mdp.P), r_pi
+        P_pi = _collapse_sparse(mdp.P, pi_joint)
+        P_pi.sum_duplicates()  # canonical CSR for callers
+        return P_pi, r_pi
     return _collapse_dense(mdp.P, pi_joint), r_pi
 
 
@@ -155,32 +157,122 @@ def _evaluate_dense(mdp: FactorizedMDP, pi: np.ndarray) -> Evaluation:
     return Evaluation(mdp, pi, r_pi, V, lambda b: lu_solve(lu, b, trans=0, check_finite=False))
 
 
-def _krylov(M: sp.csr_matrix, b: np.ndarray, tol: float, x0: np.ndarray | None) -> np.ndarray:
-    diag = M.diagonal()
-    prec = spla.LinearOperator(M.shape, matvec=lambda x: x / diag, dtype=np.float64)
-    # Krylov solvers stop on the 2-norm residual, an upper bound on the sup norm we need.
-    x, info = spla.bicgstab(M, b, x0=x0, rtol=0.0, atol=tol, M=prec, maxiter=10 * M.shape[0])
-    if info != 0 or not np.all(np.isfinite(x)):
-        x, info = spla.gmres(M, b, x0=x0, rtol=0.0, atol=tol, M=prec, restart=100,
-                             maxiter=max(50, M.shape[0] // 100))
+def _collapse_sparse(P: sp.csr_matrix, weights: np.ndarray) -> sp.csr_matrix:
+    """``Σ_k w(s,k) P(s,k,·)`` for CSR ``P`` with S·K rows, without a sparse product.
+
+    Row ``s`` of the result is the concatenation of the K slot rows ``s·K + k`` scaled by
+    ``w(s,k)``: the same arrays as ``P`` with the data scaled and every K-th row pointer
+    kept. Column indices may repeat within a row (not canonical CSR); matrix–vector
+    products sum repeats, so this serves the Krylov solver as is. O(nnz), about 20× faster
+    than the sparse product ``W @ P`` at S=10⁵.
+    """
+    S, K = weights.shape
+    data = P.data * np.repeat(weights.ravel(), np.diff(P.indptr))
+    return sp.csr_matrix((data, P.indices, P.indptr[::K]), shape=(S, P.shape[1]))
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    # einsum's own SIMD loop, not BLAS: a BLAS-1 call wakes a thread pool, which on a busy
+    # 2-core machine cost ~20 ms per dot of 10⁵ entries (measured) instead of ~30 µs.
+    return float(np.einsum("i,i->", a, b))
+
+
+def _sup(x: np.ndarray) -> float:
+    return float(np.abs(x).max(initial=0.0))
+
+
+def _l1(x: np.ndarray) -> float:
+    return float(np.abs(x).sum())
+
+
+def _bicgstab(matvec, diag: np.ndarray, b: np.ndarray, tol: float, x0: np.ndarray,
+              maxiter: int, norm=_sup) -> tuple[np.ndarray, bool]:
+    """Jacobi-(right-)preconditioned BiCGSTAB (van der Vorst 1992) for ``M x = b``, stopping
+    when ``norm`` of the recursively updated residual is ``≤ tol``. Returns ``(x, ok)``;
+    ``ok`` is False on breakdown or when ``maxiter`` iterations did not suffice."""
+    x = x0.copy()
+    r = b - matvec(x)
+    if norm(r) <= tol:
+        return x, True
+    r_hat = r.copy()
+    rho = alpha = omega = 1.0
+    v = np.zeros_like(b)
+    p = np.zeros_like(b)
+    for _ in range(maxiter):
+        rho_new = _dot(r_hat, r)
+        if rho_new == 0.0 or omega == 0.0:
+            return x, False
+        beta = (rho_new / rho) * (alpha / omega)
+        p = r + beta * (p - omega * v)
+        y = p / diag
+        v = matvec(y)
+        denom = _dot(r_hat, v)
+        if denom == 0.0:
+            return x, False
+        alpha = rho_new / denom
+        x += alpha * y
+        r -= alpha * v  # r is now the intermediate residual s
+        if norm(r) <= tol:
+            return x, True
+        z = r / diag
+        t = matvec(z)
+        tt = _dot(t, t)
+        if tt == 0.0:
+            return x, False
+        omega = _dot(t, r) / tt
+        x += omega * z
+        r -= omega * t
+        if norm(r) <= tol:
+            return x, True
+        rho = rho_new
+    return x, False
+
+
+def _krylov(matvec, diag: np.ndarray, b: np.ndarray, tol: float, x0: np.ndarray,
+            norm=_sup) -> np.ndarray:
+    """Solve ``M x = b`` (M applied by ``matvec``) to residual ``norm(b − Mx) ≤ tol``.
+
+    BiCGSTAB, restarted from its iterate (fresh true residual) when the recursively updated
+    residual has drifted from the true one; SciPy's GMRES as a last resort.
+    """
+    n = len(b)
+    x = x0
+    for _ in range(4):
+        x, ok = _bicgstab(matvec, diag, b, tol, x, maxiter=max(100, n), norm=norm)
+        if ok and norm(b - matvec(x)) <= tol:
+            return x
+        if not np.all(np.isfinite(x)):
+            x = x0
+            break
+    M = spla.LinearOperator((n, n), matvec=matvec, dtype=np.float64)
+    prec = spla.LinearOperator((n, n), matvec=lambda y: y / diag, dtype=np.float64)
+    # GMRES stops on the 2-norm; the ℓ1 norm is at most √n times larger
+    atol = tol if norm is _sup else tol / np.sqrt(n)
+    x, _ = spla.gmres(M, b, x0=x, rtol=0.0, atol=atol, M=prec, restart=100,
+                      maxiter=max(50, n // 100))
     return x
 
 
 def _evaluate_krylov(mdp: FactorizedMDP, pi: np.ndarray, tol: float) -> Evaluation:
-    S = mdp.n_states
-    P_pi, r_pi = collapse(mdp, pi)
-    M = sp.csr_matrix(sp.identity(S, format="csr") - mdp.gamma * P_pi)
-    V = _krylov(M, r_pi, tol, x0=r_pi / (1.0 - mdp.gamma))
-    res = float(np.abs(r_pi - M @ V).max())
+    g = mdp.gamma
+    r_pi = np.einsum("sk,sk->s", pi, mdp.R)
+    P_pi = _collapse_sparse(mdp.P, pi)
+    # M = I − γP_π is applied, never built: building it as CSR cost more than the solve.
+    diag = 1.0 - g * P_pi.diagonal()  # diagonal() sums repeated entries
+    V = _krylov(lambda x: x - g * (P_pi @ x), diag, r_pi, tol, x0=r_pi / (1.0 - g))
+    res = float(np.abs(r_pi + g * (P_pi @ V) - V).max())
     if not res <= tol:
         raise ConvergenceError(f"Krylov policy evaluation stopped at Bellman residual {res:.3g} > {tol:g}")
-    MT = sp.csr_matrix(M.T)
+    PT = P_pi.T  # CSC view, no copy
 
     def solve_adjoint(b):
-        x = _krylov(MT, b, tol * (1.0 - mdp.gamma), x0=b)
-        res_d = float(np.abs(b - MT @ x).max())
-        if not res_d <= tol:
-            raise ConvergenceError(f"Krylov occupancy solve stopped at residual {res_d:.3g} > {tol:g}")
+        # d is a distribution: ‖Mᵀe‖₁ ≤ tol(1−γ) gives ‖e‖₁ ≤ tol since ‖M^{-1}‖_∞ = 1/(1−γ)
+        tol_d = tol * (1.0 - g)
+        x = _krylov(lambda y: y - g * (PT @ y), diag, b, tol_d, x0=b / (1.0 - g), norm=_l1)
+        res_d = _l1(b + g * (PT @ x) - x)
+        if not res_d <= tol_d:
+            raise ConvergenceError(
+                f"Krylov occupancy solve stopped at l1 residual {res_d:.3g} > {tol_d:g}")
         return x
 
     return Evaluation(mdp, pi, r_pi, V, solve_adjoint, residual=res)
