@@ -243,3 +243,18 @@ def test_unknown_method():
     mdp = random_mdp(3, 1, 2, seed=0)
     with pytest.raises(ValueError, match="unknown evaluation method"):
         evaluate(mdp, TeamPolicy.uniform(mdp), method="magic")
+
+
+@pytest.mark.parametrize("successors,A,gamma", [(1, 2, 0.99), (1, 1, 0.9), (2, 2, 0.999)])
+def test_krylov_on_poorly_mixing_chains(successors, A, gamma):
+    """Deterministic/near-deterministic graphs (cycles, eigenvalues on the unit circle) are the
+    hard case for Krylov; the solver must still reach its guarantees: sup-norm Bellman
+    residual ≤ tol for V, ‖d − d^π‖₁ ≤ tol for d."""
+    mdp = random_mdp(300, 2, A, layout="turn", sparse=True, successors=successors, gamma=gamma, seed=4)
+    pol = TeamPolicy.random(mdp, 0)
+    tol = 1e-9
+    kr = evaluate(mdp, pol, method="krylov", tol=tol)
+    de = evaluate(mdp.to_dense(), pol)
+    assert bellman_residual(mdp, kr.pi, kr.V) <= tol
+    assert np.abs(kr.V - de.V).max() <= tol / (1 - gamma) * (1 + 1e-6)
+    assert np.abs(kr.d - de.d).sum() <= tol * (1 + 1e-6)
