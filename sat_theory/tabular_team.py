@@ -23,8 +23,11 @@ each (a group), truncated at the horizon ``H = ⌈log(horizon_tol)/log γ⌉`` (
 horizon_tol``). Truncation bias, with ``R_max = max|R|``: returns and rewards-to-go are off by
 at most ``γ^{H−t} R_max/(1−γ)``; the KL estimate ``δ̂`` (weights ``(1−γ)γ^t`` that sum to
 ``1 − γ^H``) by at most ``γ^H max_s KL_s``; the surrogate estimate ``L̂`` of the algorithm by at
-most ``2 γ^H R_max/(1−γ) · (2/(1−γ) + H)`` (missing tail steps, each at most
-``2γ^t A_max`` with ``A_max ≤ 2R_max/(1−γ)``, plus the truncated ``G_t`` on every kept step);
+most ``2 γ^H R_max/(1−γ) · (1/(1−γ) + H)``: the missing steps ``t ≥ H`` contribute
+``Σ_{t≥H} γ^t |E_{s_t} E_{a∼π_new} A(s_t,a)| ≤ γ^H A_max/(1−γ)`` with ``A_max ≤ 2R_max/(1−γ)``
+(``E_{π_beh} A = 0``), and each kept step ``t < H`` loses
+``γ^t |E[(r_t − 1) γ^{H−t} V(s_H)]| ≤ γ^H · E|r_t − 1| · ‖V‖∞ ≤ 2γ^H R_max/(1−γ)``
+(``E[G_t^H | s_t, a_t] = Q(s_t,a_t) − γ^{H−t} E[V(s_H) | s_t, a_t]``, ``E|r − 1| = 2 TV ≤ 2``);
 the batch reports this last bound as ``extra["truncation_bias"]``. ``update`` runs ``epochs``
 full-batch Adam steps (learning rate ``lr · step_scale``) on the clipped surrogate with the
 per-turn advantages plus ``β · δ̂(θ)``, on the agent's visited states; the gradient per turn
@@ -339,9 +342,9 @@ class TabularTeam:
         return batch
 
     def truncation_bias(self) -> float:
-        """Bound on ``|E L̂ − L|`` from the horizon: ``2γ^H R_max/(1−γ) · (2/(1−γ) + H)``."""
+        """Bound on ``|E L̂ − L|`` from the horizon: ``2γ^H R_max/(1−γ) · (1/(1−γ) + H)``."""
         g, H = self.gamma, self.horizon
-        return 2.0 * g ** H * self.R_max / (1.0 - g) * (2.0 / (1.0 - g) + H)
+        return 2.0 * g ** H * self.R_max / (1.0 - g) * (1.0 / (1.0 - g) + H)
 
     def _update_sampled(self, agent, batch, adv, beta, reference, step_scale) -> dict:
         ta = batch.arrays(agent)

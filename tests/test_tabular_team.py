@@ -204,3 +204,54 @@ def test_sampled_update_moves_only_visited_rows_and_respects_step_scale():
     team.restore(j, ref)
     team.update(j, batch, adv, 0.1, ref, step_scale=0.1)
     assert team.kl(j, batch, ref)["kl"] < big
+
+
+def _expected_truncated_surrogate(mdp, cur, tar_j, j, H):
+    """Exact ``E L̂_H = Σ_{t<H} γ^t E_{s_t} Σ_a (π_tar − π_cur)(a|s_t) Q_{H−t}(s_t, a)`` for a
+    turn-taking MDP (agent j's states only), with the k-step values ``Q_k = R + γ P V_{k−1}``,
+    ``V_k = Σ_a π_cur Q_k``, ``V_0 = 0`` and ``s_t ∼ ρ0ᵀ P_π^t``: the expectation of the
+    algorithm's estimator on episodes truncated after H decisions."""
+    g = mdp.gamma
+    pi = cur.factors
+    pol = np.stack([pi[mdp.turn[s]][s] for s in range(mdp.n_states)])  # (S, A) acting agent's row
+    P = np.asarray(mdp.P)
+    Q = [None]
+    V = np.zeros(mdp.n_states)
+    for _ in range(H):
+        Qk = mdp.R + g * P @ V
+        Q.append(Qk)
+        V = (pol * Qk).sum(axis=1)
+    mine = mdp.turn == j
+    diff = np.where(mine[:, None], tar_j - pi[j], 0.0)
+    p = mdp.rho0.copy()
+    P_pi = np.einsum("sa,sat->st", pol, P)
+    total = 0.0
+    for t in range(H):
+        total += g ** t * p @ (diff * Q[H - t]).sum(axis=1)
+        p = p @ P_pi
+    return total
+
+
+@pytest.mark.parametrize("H", [2, 5, 20])
+def test_truncation_bias_bound_holds_exactly(H):
+    mdp = random_mdp(4, 2, 3, layout="turn", gamma=0.7, seed=9)
+    cur = TeamPolicy.random(mdp, 0)
+    j = 0
+    tar_j = softmax(np.log(cur.factors[j]) + np.random.default_rng(1).standard_normal((4, 3)), axis=1)
+    L = stage_certificate(mdp, cur, cur.with_factor(j, tar_j), (j, 1)).steps[0].L_seq
+    team = TabularTeam(mdp, cur, mode="sampled", horizon=H)
+    EL_H = _expected_truncated_surrogate(mdp, cur, tar_j, j, H)
+    bias = abs(EL_H - L)
+    assert bias <= team.truncation_bias()
+    if H == 2:  # the oracle is the estimator's mean: sampled check, 4 standard errors
+        batch = team.rollout(4000, 1)
+        ref = team.snapshot(j)
+        team.replace(j, np.log(tar_j))
+        ta = batch.arrays(j)
+        logp = team.kl(j, batch, ref)["logp"]
+        per = np.bincount(ta.episode, team.gamma ** ta.t * np.expm1(logp - ta.logp)
+                          * ta.reward_to_go, minlength=batch.n_episodes)
+        assert abs(per.mean() - EL_H) <= 4 * per.std() / math.sqrt(per.size)
+        assert bias > 0.1 * abs(L)  # at H = 2 the truncation is visible
+    if H == 20:
+        assert bias < 1e-3 * abs(L)  # and it vanishes as H grows
