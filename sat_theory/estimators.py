@@ -195,9 +195,12 @@ def trajectory_weight_moment(mdp: FactorizedMDP, behavior: TeamPolicy, target: T
     """
     rho = step_weight_ratio(mdp, behavior, target)
     pb = joint_policy(mdp, behavior)
-    dense = mdp.to_dense() if mdp.is_sparse else mdp
     with np.errstate(divide="ignore", invalid="ignore"):
         wk = np.where(pb > 0, pb * rho ** k, 0.0)  # (S, K)
+    S, K = wk.shape
+    if mdp.is_sparse and S > _DENSE_MAX_STATES:
+        return _moment_sparse(mdp, wk, horizon)
+    dense = mdp.to_dense() if mdp.is_sparse else mdp
     M = np.einsum("sk,skt->st", wk, dense.P)
     if horizon is not None:
         if horizon < 0:
@@ -210,6 +213,35 @@ def trajectory_weight_moment(mdp: FactorizedMDP, behavior: TeamPolicy, target: T
     if np.max(np.abs(np.linalg.eigvals(g * M))) >= 1.0:
         return math.inf
     u = np.linalg.solve(np.eye(mdp.n_states) - g * M, (1 - g) * wk.sum(axis=1))
+    return float(mdp.rho0 @ u)
+
+
+#: sparse MDPs with more states use sparse matrices (Perron root by ARPACK, sparse LU solve)
+_DENSE_MAX_STATES = 2000
+
+
+def _moment_sparse(mdp: FactorizedMDP, wk: np.ndarray, horizon: int | None) -> float:
+    """The recursion of :func:`trajectory_weight_moment` with ``M_k`` as a sparse matrix."""
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as spla
+
+    S, K = wk.shape
+    W = sp.csr_matrix((wk.ravel(), (np.repeat(np.arange(S), K), np.arange(S * K))), shape=(S, S * K))
+    M = sp.csr_matrix(W @ mdp.P_rows())
+    if horizon is not None:
+        if horizon < 0:
+            raise InputError(f"horizon must be >= 0, got {horizon}")
+        u = np.ones(S)
+        for _ in range(int(horizon)):
+            u = M @ u
+        return float(mdp.rho0 @ u)
+    g = mdp.gamma
+    # M ≥ 0 entrywise: its spectral radius is the Perron root, the largest-magnitude eigenvalue
+    radius = float(np.abs(spla.eigs(M.astype(np.float64), k=1, which="LM",
+                                    return_eigenvectors=False, tol=1e-10)[0]))
+    if g * radius >= 1.0:
+        return math.inf
+    u = spla.spsolve(sp.csc_matrix(sp.identity(S) - g * M), (1 - g) * wk.sum(axis=1))
     return float(mdp.rho0 @ u)
 
 

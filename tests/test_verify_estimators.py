@@ -166,3 +166,16 @@ def test_group_mean_bias_formula_and_bad_input():
     with pytest.raises(InputError):
         empirical_stage_bound([0.1], [0.01], [10], gamma=0.9, A_max=1, A_clip=1, eps_w=0,
                               delta_conf=1.5)
+
+
+def test_sparse_moment_path_matches_dense(monkeypatch):
+    import sat_theory.estimators as est
+
+    mdp = random_mdp(60, 3, 2, layout="turn", gamma=0.8, seed=1, successors=3, sparse=True)
+    b = TeamPolicy.random(mdp, 0)
+    t = intermediate_policies(b, small_step_target(mdp, b, np.random.default_rng(2), 0.05), (0, 1, 2))[2]
+    dense = [trajectory_weight_moment(mdp, b, t, k, horizon=H) for k in (1, 2) for H in (None, 6)]
+    monkeypatch.setattr(est, "_DENSE_MAX_STATES", 10)
+    sparse = [trajectory_weight_moment(mdp, b, t, k, horizon=H) for k in (1, 2) for H in (None, 6)]
+    np.testing.assert_allclose(sparse, dense, rtol=1e-9)
+    assert np.isfinite(dense).all() and dense[2] > 1.0
