@@ -343,11 +343,16 @@ def donsker_varadhan_envelope(*, quick: bool = True, seed: int = 0, mutation: st
     tally = Tally("donsker_varadhan_envelope")
     etas = np.logspace(-2, 2, 9)
     dv_tight = []
+    laws = []
     for k in range(40 if quick else 300):
         K = int(rng.integers(2, 7))
-        P = rng.dirichlet(np.full(K, 0.3 if k % 2 else 1.0))
-        Q = rng.dirichlet(np.full(K, 3.0 if k % 2 else 1.0))
-        f = rng.normal(size=K) * rng.choice([0.3, 1.0, 5.0])
+        laws.append((rng.dirichlet(np.full(K, 0.3 if k % 2 else 1.0)),
+                     rng.dirichlet(np.full(K, 3.0 if k % 2 else 1.0)),
+                     rng.normal(size=K) * rng.choice([0.3, 1.0, 5.0])))
+    # concentrated P, spread Q: KL(P‖Q) ≪ KL(Q‖P), so the flipped direction fails for every seed
+    laws.append((np.array([0.99, 0.01]), np.array([0.5, 0.5]), np.array([0.0, 1.0])))
+    for P, Q, f in laws:
+        K = P.size
         EQ = float(Q @ f)
         kl = float(kl_rows(P, Q)) if mutation == "flip_kl_direction" else float(kl_rows(Q, P))
         best = math.inf
