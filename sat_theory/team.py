@@ -140,8 +140,10 @@ class Team(Protocol):
       ``stage_start`` is the list of all agents' snapshots at the stage start;
     - ``exact_stage_terms(stage_start, order) -> dict`` — the exact stage certificate
       (:meth:`sat_theory.certificates.StageCertificate.to_dict`) of stage-start → now;
-    - ``align(agent, new, delta_align, form) -> dict`` — Stage-0 alignment (THEORY §5) of a
-      new agent toward the current agent ``agent`` before it is swapped in;
+    - ``align(agent, new, delta_align, form) -> (aligned_new, info: dict)`` — Stage-0
+      alignment (THEORY §5) of a new agent toward the current agent ``agent`` before it is
+      swapped in (``form``: ``"distill"`` TeamTR, ``"project"`` SAT); ``info`` is logged in
+      the ``"swap"`` record with an ``align_`` prefix;
     - ``new_agent(agent, kind, seed) -> Any`` — build a replacement agent (plug-and-play);
     - ``reset(agents)`` — reinitialise these agents to their initial parameters;
     - ``save(path)`` — write the team's current policy (tabular: the core's ``.npz`` format).
@@ -176,7 +178,9 @@ class Team(Protocol):
         occupancy and advantages), ``"step"`` (HAPPO's per-step M-factor: the batch's
         occupancy and advantages, the other agents' current factors).
         Returns metrics; ``ratio_clip_frac`` (fraction of turns whose ratio ends outside
-        ``[1−ε, 1+ε]``) is logged when present."""
+        ``[1−ε, 1+ε]``) and ``ess`` (ESS/B of the importance weights the backend applied
+        itself, exact batches) are logged when present. Must leave the agent's parameters
+        updated in place; the algorithm restores the snapshot itself when it backtracks."""
 
     def kl(self, agent: int, batch: Batch, reference: Any) -> dict:
         """Behaviour-to-updated KL of ``agent`` from ``reference`` to its current parameters
