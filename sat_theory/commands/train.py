@@ -18,9 +18,15 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import fields
 
 from ..algorithm import METHODS, OCCUPANCIES, ORDERS, TRUST_REGIONS, TrainConfig, train
 from ..errors import InputError
+
+#: TrainConfig fields exposed one to one as ``--field-name`` (the others have flags above)
+_ADVANCED = ("correction", "eps_norm", "eps_w", "beta_min", "beta_max", "beta_growth",
+             "step_shrink", "max_backtracks", "delta_up", "delta_down", "delta_min", "delta_max",
+             "delta_conf")
 
 RANDOM_ENVS = {"random-simultaneous": "simultaneous", "random-masked": "masked",
                "random-turn": "turn"}
@@ -83,6 +89,12 @@ def add_arguments(p):
     alg.add_argument("--no-std-norm", action="store_true", help="ablation: " + help_["normalize_std"])
     alg.add_argument("--no-adv-clip", action="store_true", help="ablation: no advantage clipping")
     alg.add_argument("--adv-clip", type=float, default=5.0, help=help_["A_clip"])
+    adv = p.add_argument_group("algorithm, advanced (TrainConfig fields one to one)")
+    for f in fields(TrainConfig):
+        if f.name in _ADVANCED:
+            kind = str if f.default is None else type(f.default)
+            adv.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default,
+                             help=f.metadata["help"] + f" (default {f.default})")
     pnp = p.add_argument_group("plug-and-play")
     pnp.add_argument("--swap-stage", type=int, default=None, help=help_["swap_stage"])
     pnp.add_argument("--swap-agent", type=int, default=0, help=help_["swap_agent"])
@@ -170,7 +182,8 @@ def build_config(args, n_agents: int, sampled: bool) -> TrainConfig:
         A_clip=None if args.no_adv_clip else args.adv_clip, beta_init=args.beta,
         on_violation=args.on_violation, seed=args.seed, swap_stage=args.swap_stage,
         swap_agent=args.swap_agent, swap_kind=args.swap_kind, swap_strategy=args.swap_strategy,
-        stage0_form=args.stage0_form, delta_align=args.delta_align, **kw)
+        stage0_form=args.stage0_form, delta_align=args.delta_align,
+        **{k: getattr(args, k) for k in _ADVANCED if hasattr(args, k)}, **kw)
 
 
 def _init_policy(args, mdp):
