@@ -99,3 +99,22 @@ def test_softmax_derivative_constants():
         p = rng.dirichlet(np.full(int(rng.integers(2, 6)), rng.choice([0.1, 1.0])))
         assert max(float(np.sum((np.eye(p.size)[a] - p) ** 2)) for a in range(p.size)) <= B1_SQ
         assert np.linalg.eigvalsh(np.diag(p) - np.outer(p, p)).max() <= B2 + 1e-15
+
+
+@pytest.mark.parametrize("layout", ["simultaneous", "masked", "turn"])
+def test_natural_gradient_stage_agrees_with_the_stage_certificate(layout):
+    """The surrogate gains and KL radii of the natural-gradient stage are the certificate's
+    ``L_i^seq`` and ``δ_i`` for the resulting targets (an independent code path)."""
+    from sat_theory.certificates import stage_certificate
+    from sat_theory.envs import random_mdp
+    from sat_theory.policy import TeamPolicy
+    from sat_theory.verify.optimization import natural_gradient_stage
+
+    mdp = random_mdp(5, 3, 2, layout=layout, gamma=0.9, seed=11)
+    cur = TeamPolicy.random(mdp, 4)
+    final, steps = natural_gradient_stage(mdp, cur, 0.05)
+    cert = stage_certificate(mdp, cur, final, (0, 1, 2))
+    for st, cs in zip(steps, cert.steps, strict=True):
+        assert st["gain"] == pytest.approx(cs.L_seq, rel=1e-9, abs=1e-12)
+        assert st["delta"] == pytest.approx(cs.delta, rel=1e-9, abs=1e-15)
+        assert st["delta_max"] == pytest.approx(cs.delta_max, rel=1e-9, abs=1e-15)

@@ -177,6 +177,39 @@ def natural_step(d: np.ndarray, active: np.ndarray, pi: np.ndarray, Aj: np.ndarr
                 lam_id=lam_id)
 
 
+def natural_gradient_stage(mdp, current: TeamPolicy, budget: float, *, eps: float = 1e-3,
+                           order=None) -> tuple[TeamPolicy, list[dict]]:
+    """One sequential stage of natural-gradient steps: agent ``σ(i)`` takes the step ``Δ*_i``
+    of :func:`natural_step` from ``π̂^{i−1}`` (with ``d^{π̂^{i−1}}`` and ``A^{π̂^{i−1}}``), giving
+    ``π̂^i``. Per step: ``kappa``, ``a = L^loc/λ_min(F^reg)``, ``a_id`` (λ_min on the
+    identifiable directions), ``lin = κ√δ̄``, ``gain = L_i^seq`` of the new factor (the
+    surrogate change from ``θ``, since ``L_i^seq(θ) = 0`` at the agent's own policy),
+    ``quad``/``quad_F``, ``g_dot_Delta``, the true ``delta = E_{d^{i−1}} KL_s(π^j‖π_new^j)`` and
+    ``delta_max``, ``A_max`` of ``π̂^{i−1}``. Returns ``(π̄, steps)``."""
+    order = tuple(range(mdp.n_agents)) if order is None else tuple(order)
+    g_ = mdp.gamma
+    pol = current
+    steps = []
+    for j in order:
+        ev = evaluate(mdp, pol)
+        act = mdp.active[:, j]
+        Aj = marginal_advantage(mdp, pol, ev.A, j)
+        pi = pol.factors[j]
+        st = natural_step(ev.d, act, pi, Aj, g_, budget, eps)
+        new = softmax(np.log(pi) + st["Delta"], axis=1)
+        w = np.where(act, ev.d, 0.0) / (1 - g_)
+        L_loc = ev.A_max / (1 - g_) * (B2 + B1_SQ)
+        kl = factor_kl(mdp, pi, new, j)
+        steps.append(dict(
+            agent=j, kappa=st["kappa"], a=L_loc / st["lam_min"], a_id=L_loc / st["lam_id"],
+            lin=st["kappa"] * math.sqrt(budget), gain=float(np.einsum("s,sa,sa->", w, new - pi, Aj)),
+            quad=st["quad"], quad_F=st["quad_F"], g_dot_Delta=float(np.sum(st["g"] * st["Delta"])),
+            delta=float(ev.d @ kl), delta_max=float(kl[act].max()) if act.any() else 0.0,
+            A_max=ev.A_max, factor=new))
+        pol = pol.with_factor(j, new)
+    return pol, steps
+
+
 @check("information_geometric_gain", "SAT Thm 4.7 and main theorem (§4.1); TeamTR App. F.2",
        SECTION7, mutations=("drop_curvature",))
 def information_geometric_gain(*, quick: bool = True, seed: int = 0, mutation: str | None = None):
@@ -206,29 +239,20 @@ def information_geometric_gain(*, quick: bool = True, seed: int = 0, mutation: s
     for k, (mdp, cur, label) in enumerate(cs):
         g_ = mdp.gamma
         budget = budgets[k % len(budgets)]
-        pol = cur
         J0 = evaluate(mdp, cur).J
         gains_bound, deltas, deltas_max, A_maxes = [], [], [], []
         bridge_terms = []
-        for j in range(mdp.n_agents):
-            ev = evaluate(mdp, pol)
-            act = mdp.active[:, j]
-            Aj = marginal_advantage(mdp, pol, ev.A, j)
-            pi = pol.factors[j]
-            st = natural_step(ev.d, act, pi, Aj, g_, budget, eps)
-            new = softmax(np.log(pi) + st["Delta"], axis=1)
-            w = np.where(act, ev.d, 0.0) / (1 - g_)
-            gain = float(np.einsum("s,sa,sa->", w, new - pi, Aj))
-            L_loc = ev.A_max / (1 - g_) * (B2 + B1_SQ)
-            a, a_id = L_loc / st["lam_min"], L_loc / st["lam_id"]
-            lin = st["kappa"] * math.sqrt(budget)
+        pol, steps = natural_gradient_stage(mdp, cur, budget, eps=eps)
+        for st in steps:
+            j, lin, gain = st["agent"], st["lin"], st["gain"]
+            a, a_id = st["a"], st["a_id"]
             lab = f"{label} agent {j} δ̄={budget:g}"
             n_steps += 1
             tally.begin()
             if st["kappa"] > 0:
                 tally.record(-abs(st["quad"] - budget), scale=budget, label=lab + " ½ΔᵀFΔ=δ̄", main=False)
-                tally.record(-abs(float(np.sum(st["g"] * st["Delta"])) - lin), scale=lin,
-                             label=lab + " gᵀΔ=κ√δ̄", main=False)
+                tally.record(-abs(st["g_dot_Delta"] - lin), scale=lin, label=lab + " gᵀΔ=κ√δ̄",
+                             main=False)
             curv = 0.0 if mutation == "drop_curvature" else a * budget
             curv_id = 0.0 if mutation == "drop_curvature" else a_id * budget
             tally.record(gain - (lin - curv), scale=abs(gain) + lin, label=lab + " local gain")
@@ -241,19 +265,16 @@ def information_geometric_gain(*, quick: bool = True, seed: int = 0, mutation: s
             pos_bound_id += lin - a_id * budget > 0
             if gain > 0 and lin > 0:
                 lin_over_gain.append(lin / gain)
-            kl = factor_kl(mdp, pi, new, j)
-            true_kl = float(ev.d @ kl)
             if st["kappa"] > 0:
-                ratio_kl.setdefault(budget, []).append(true_kl / budget)
+                ratio_kl.setdefault(budget, []).append(st["delta"] / budget)
                 if st["quad_F"] > 0:
-                    ratio_F.setdefault(budget, []).append(true_kl / st["quad_F"])
-                ratio_kl_max.append(float(kl[act].max()) / budget)
+                    ratio_F.setdefault(budget, []).append(st["delta"] / st["quad_F"])
+                ratio_kl_max.append(st["delta_max"] / budget)
             gains_bound.append(lin - curv)
             bridge_terms.append(lin - curv_id)
-            deltas.append(true_kl)
-            deltas_max.append(float(kl[act].max()) if act.any() else 0.0)
-            A_maxes.append(ev.A_max)
-            pol = pol.with_factor(j, new)
+            deltas.append(st["delta"])
+            deltas_max.append(st["delta_max"])
+            A_maxes.append(st["A_max"])
         true = evaluate(mdp, pol).J - J0
         A_max = max(A_maxes)
         shift = 2 * g_ / (1 - g_) ** 2 * A_max
