@@ -11,6 +11,8 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sat_theory import InputError, TeamPolicy, named_mdp, random_mdp, stage_certificate
 from sat_theory.algorithm import (
@@ -238,9 +240,9 @@ def test_sampled_occupancy_modes_resample_as_specified(occupancy, rollouts_per_s
         for k in ("zeta_norm", "zeta_clip", "zeta_ratio", "zeta_trunc"):
             assert s[k] >= 0
         assert s["L_seq"] is not None  # the tabular oracle's exact terms ride along
-    st = rec.kind("stage")[-1]
-    assert st["empirical_certificate"] is not None
-    assert st["empirical_certificate"] <= st["lower_bound_estimated"]
+    stage = rec.kind("stage")[-1]
+    assert stage["empirical_certificate"] is not None
+    assert stage["empirical_certificate"] <= stage["lower_bound_estimated"]
 
 
 def test_sampled_advantage_ablation_switches_change_the_advantages():
@@ -366,8 +368,8 @@ def test_out_of_region_step_is_rejected_or_flagged(on_violation):
             assert s["rejected"] and not s["out_of_region"] and s["kl"] == 0.0
         else:
             assert s["out_of_region"] and not s["rejected"] and s["kl"] > 1e-6
-    st = rec.kind("stage")[0]
-    assert st["lower_bound_source"] == "estimated"
+    stage = rec.kind("stage")[0]
+    assert stage["lower_bound_source"] == "estimated"
     if on_violation == "reject":
         assert team.theta == [0.0, 0.0]  # snapshots restored
     else:
@@ -457,7 +459,30 @@ def test_episodic_backend_without_discount_logs_null_bounds():
     cfg = TrainConfig(delta=0.5, stages=1, n_groups=2, group_size=2)
     rec = Recorder()
     run_stage(team, cfg, RunState.initial(cfg, 2), log=rec.log)
-    st = rec.kind("stage")[0]
-    assert st["lower_bound"] is None and st["c"] is None and st["holds"] is None
-    assert st["empirical_certificate"] is None
+    stage = rec.kind("stage")[0]
+    assert stage["lower_bound"] is None and stage["c"] is None and stage["holds"] is None
+    assert stage["empirical_certificate"] is None
     assert st["true_improvement"] == st["J_after"] - st["J_before"]
+
+
+@settings(max_examples=15)
+@given(layout=st.sampled_from(LAYOUTS), seed=st.integers(0, 10_000), n=st.integers(2, 3),
+       delta=st.sampled_from([0.001, 0.01, 0.1, 1.0]), method=st.sampled_from(sorted(METHODS)),
+       order=st.sampled_from(["fixed", "reverse", "random", "greedy"]),
+       step=st.sampled_from(["proximal", "npg"]))
+def test_property_exact_certificates_hold_and_trust_region_is_enforced(layout, seed, n, delta,
+                                                                        method, order, step):
+    mdp = random_mdp(4, n, 2, layout=layout, seed=seed)
+    team = TabularTeam(mdp, TeamPolicy.random(mdp, seed), exact_step=step)
+    rec = Recorder()
+    train(team, TrainConfig(method=method, stages=2, delta=delta, order=order, seed=seed),
+          writer=rec)
+    for s in rec.kind("stage"):
+        assert s["holds"], s["violated"]
+        assert s["lower_bound"] <= s["true_improvement"] + 1e-9 * (1 + abs(s["lower_bound"]))
+        assert sorted(s["order"]) == list(range(n))
+    for s in rec.kind("step"):
+        if METHODS[method]["trust_region"] != "none":
+            assert s["kl"] <= s["delta_i"] or s["rejected"]
+            if METHODS[method]["occupancy"] == "intermediate":
+                assert s["delta"] <= s["delta_i"] * (1 + 1e-12)
