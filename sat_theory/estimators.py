@@ -27,7 +27,7 @@ from .errors import InputError
 from .mdp import FactorizedMDP
 from .policy import TeamPolicy, joint_policy
 
-__all__ = ["group_advantages", "hoeffding_epsilon", "dkw_epsilon", "empirical_stage_bound",
+__all__ = ["group_advantages", "hoeffding_epsilon", "sat_epsilon", "dkw_epsilon", "empirical_stage_bound",
            "sat_finite_sample_term", "group_mean_conditional_bias", "step_weight_ratio",
            "trajectory_weight_moment", "importance_weight_ess", "sample_trajectory_weights"]
 
@@ -63,6 +63,15 @@ def hoeffding_epsilon(B: float, N: int, eta: float) -> float:
     if N < 1 or not (0 < eta < 1):
         raise InputError(f"need N >= 1 and 0 < eta < 1, got N={N}, eta={eta}")
     return B * math.sqrt(2.0 * math.log(2.0 / eta) / N)
+
+
+def sat_epsilon(B: float, N: int, eta: float) -> float:
+    """SAT's deviation ``ε = B sqrt(log(2/η) / (2N))``: Hoeffding for values in a range of
+    length ``B`` (``2 exp(−2Nε²/B²) = η``). For values in ``[−B, B]`` it is half of
+    :func:`hoeffding_epsilon`, which is the correct one there."""
+    if N < 1 or not (0 < eta < 1):
+        raise InputError(f"need N >= 1 and 0 < eta < 1, got N={N}, eta={eta}")
+    return B * math.sqrt(math.log(2.0 / eta) / (2.0 * N))
 
 
 def dkw_epsilon(N: int, eta: float) -> float:
@@ -117,13 +126,14 @@ def sat_finite_sample_term(N, *, gamma: float, A_max: float, delta_conf: float,
     This is Hoeffding for values in a range of length ``A_max/(1−γ)``; a sampled surrogate
     ``A/(1−γ)`` with ``|A| ≤ A_max`` ranges over ``[−B, B]``, length ``2B``, for which Hoeffding
     gives twice this (see ``finite_sample_coverage`` in ``sat verify``). ``n`` defaults to the
-    number of entries of ``N``.
+    number of entries of ``N``; a scalar ``N`` with ``n`` given means ``N_i = N`` for all ``n``
+    steps (the sum then has ``n`` equal terms; the per-step term is :func:`sat_epsilon`).
     """
     N = _per_step(N, n, "N")
     n = N.size if n is None else n
     if not (0 < delta_conf < 1) or not (0 < gamma < 1) or N.min() < 1:
         raise InputError("need 0 < delta_conf < 1, 0 < gamma < 1 and N_i >= 1")
-    return float((A_max / (1 - gamma) * np.sqrt(math.log(2 * n / delta_conf) / (2 * N))).sum())
+    return float(sum(sat_epsilon(A_max / (1 - gamma), int(k), delta_conf / n) for k in N))
 
 
 # ------------------------------------------------------------------ group-mean baseline
