@@ -462,7 +462,7 @@ def test_episodic_backend_without_discount_logs_null_bounds():
     stage = rec.kind("stage")[0]
     assert stage["lower_bound"] is None and stage["c"] is None and stage["holds"] is None
     assert stage["empirical_certificate"] is None
-    assert st["true_improvement"] == st["J_after"] - st["J_before"]
+    assert stage["true_improvement"] == stage["J_after"] - stage["J_before"]
 
 
 @settings(max_examples=15)
