@@ -28,6 +28,7 @@ residual, otherwise :class:`ConvergenceError` is raised.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -146,15 +147,50 @@ def evaluate(mdp: FactorizedMDP, policy: TeamPolicy | np.ndarray, *, tol: float 
     raise ValueError(f"unknown evaluation method {method!r}")
 
 
+#: Dense systems with fewer states are factored with one BLAS thread (see :func:`_blas_limit`).
+SMALL_DENSE_STATES = 800
+
+_controller = None
+
+
+def _blas_limit(n_states: int):
+    """One BLAS thread for small dense systems, else no change.
+
+    Why: below ~800 states a second thread gains little, while on a loaded 2-core machine
+    OpenBLAS threads spin against each other: measured LU of S=500 took 320 ms with 2
+    threads and 13 ms with 1 (load average 6). Needs the optional ``threadpoolctl``; without
+    it this is a no-op. Results do not depend on the thread count beyond roundoff.
+    """
+    global _controller
+    if n_states >= SMALL_DENSE_STATES:
+        return contextlib.nullcontext()
+    if _controller is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            _controller = False
+        else:
+            _controller = ThreadpoolController()  # finds the loaded BLAS libraries once
+    if not _controller:
+        return contextlib.nullcontext()
+    return _controller.limit(limits=1, user_api="blas")
+
+
 def _evaluate_dense(mdp: FactorizedMDP, pi: np.ndarray) -> Evaluation:
     S = mdp.n_states
     r_pi = np.einsum("sk,sk->s", pi, mdp.R)
     M = _collapse_dense(mdp.P, -mdp.gamma * pi)  # −γ P_π, with γ folded into the weights
     M.flat[:: S + 1] += 1.0  # M = I − γ P_π, C-ordered
     # M.T is F-contiguous: LAPACK factors Mᵀ in place. (Mᵀ)ᵀ V = r (trans=1); Mᵀ d = ρ (trans=0).
-    lu = lu_factor(M.T, overwrite_a=True, check_finite=False)
-    V = lu_solve(lu, r_pi, trans=1, check_finite=False)
-    return Evaluation(mdp, pi, r_pi, V, lambda b: lu_solve(lu, b, trans=0, check_finite=False))
+    with _blas_limit(S):
+        lu = lu_factor(M.T, overwrite_a=True, check_finite=False)
+        V = lu_solve(lu, r_pi, trans=1, check_finite=False)
+
+    def solve_adjoint(b):
+        with _blas_limit(S):
+            return lu_solve(lu, b, trans=0, check_finite=False)
+
+    return Evaluation(mdp, pi, r_pi, V, solve_adjoint)
 
 
 def _collapse_sparse(P: sp.csr_matrix, weights: np.ndarray) -> sp.csr_matrix:
@@ -312,8 +348,9 @@ def evaluate_many(mdp: FactorizedMDP, policies) -> BatchEvaluation:
     P_pi = np.einsum("bsk,skt->bst", pis, dense.P)
     r_pi = np.einsum("bsk,sk->bs", pis, dense.R)
     M = np.eye(S)[None] - dense.gamma * P_pi
-    V = np.linalg.solve(M, r_pi[..., None])[..., 0]
     rhs = np.broadcast_to((1.0 - dense.gamma) * dense.rho0, (B, S))[..., None]
-    d = np.clip(np.linalg.solve(np.swapaxes(M, 1, 2), rhs)[..., 0], 0.0, None)
+    with _blas_limit(S):
+        V = np.linalg.solve(M, r_pi[..., None])[..., 0]
+        d = np.clip(np.linalg.solve(np.swapaxes(M, 1, 2), rhs)[..., 0], 0.0, None)
     Q = dense.R[None] + dense.gamma * np.einsum("skt,bt->bsk", dense.P, V)
     return BatchEvaluation(pis, V, d, Q, V @ dense.rho0)
