@@ -50,7 +50,8 @@ Methods (presets of :class:`TrainConfig`): ``sat`` (intermediate + trust region)
 (stale + trust region), ``joint`` (one batch per stage, every agent updated from it; with a
 fixed batch an agent's update does not depend on the others' new parameters, so this
 coincides with ``naive`` up to the order, which ``joint`` fixes to ``0..n−1``), ``no-tr``
-(intermediate, no trust region) and ``happo`` (stale + M-factor, clipping only).
+(intermediate, no trust region) and ``happo`` (stale + M-factor, clipping only, a random
+order per stage as HARL's default ``fixed_order: False``).
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ METHODS: dict[str, dict] = {
     "naive": dict(occupancy="stale", trust_region="fixed", correction="none"),
     "joint": dict(occupancy="stale", trust_region="fixed", correction="none", order="fixed"),
     "no-tr": dict(occupancy="intermediate", trust_region="none", correction="none"),
-    "happo": dict(occupancy="stale", trust_region="none", correction="happo"),
+    # HARL's default (fixed_order: False) draws a fresh agent permutation per update
+    "happo": dict(occupancy="stale", trust_region="none", correction="happo", order="random"),
 }
 ORDERS = ("fixed", "reverse", "random", "greedy")
 OCCUPANCIES = ("intermediate", "stale", "resample-every-k", "stale+IS")
