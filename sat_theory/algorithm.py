@@ -423,7 +423,9 @@ class _Stage:
                                               [u[2] for u in self.updated.values()])
                 w_ep = np.exp(logw)
                 extra["ess"] = ess_fraction(w_ep)
-                extra["w_max"] = float(w_ep.max() / max(w_ep.mean(), 1e-300))
+                wn = w_ep / max(w_ep.mean(), 1e-300)  # self-normalized weights
+                extra["w_max"] = float(wn.max())
+                extra["w_p95"], extra["w_p99"] = (float(q) for q in np.quantile(wn, [0.95, 0.99]))
                 weights = w_ep[ta.episode]
             elif self.updated and cfg.correction == "happo":
                 logm = happo_log_factors(ta.episode, ta.t, [u[0] for u in self.updated.values()],
@@ -490,7 +492,9 @@ class _Stage:
             zeta_ratio=extra.get("zeta_ratio"), zeta_trunc=zeta_trunc,
             # L̂ is unbiased but for the horizon truncation (module docstring)
             zeta=zeta_trunc * (1 - gamma) if gamma < 1 else 0.0,
-            ess=extra.get("ess", upd.get("ess")), w_max=extra.get("w_max"), m_factor_mean=extra.get("m_factor_mean"),
+            ess=extra.get("ess", upd.get("ess")), w_max=extra.get("w_max"),
+            w_p95=extra.get("w_p95"), w_p99=extra.get("w_p99"),
+            m_factor_mean=extra.get("m_factor_mean"),
         )
         for k in ("L_seq", "L_stale", "delta", "delta_max", "tv", "A_max", "f_inf", "true_gain"):
             rec[k] = None

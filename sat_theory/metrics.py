@@ -16,7 +16,10 @@ Every training run — tabular or LLM — writes one folder:
   where the backend computes them (tabular): ``L_seq``, ``L_stale``, ``delta``,
   ``delta_max``, ``tv``, ``A_max``, ``f_inf``, ``true_gain`` (else ``null``), and ``J``
   (after the step), ``kl_violation_frac`` / ``kl_violation_mass`` (share / occupancy mass of
-  the agent's states with per-state ``KL_s > δ_i``, SAT Fig. 1c).
+  the agent's states with per-state ``KL_s > δ_i``, SAT Fig. 1c),
+  ``occ_drift`` (``½‖d^{π̂^{i−1}} − d^{π̂^0}‖_1``, tabular); stale+IS: ``w_max``, ``w_p95``,
+  ``w_p99`` (self-normalized trajectory weights); HAPPO: ``m_factor_mean``; adaptive δ:
+  ``rho`` (gain ratio).
 
   ``"stage"`` — ``stage`` (from 0), ``order`` (agent indices in update order),
   ``J_before``, ``J_after``, ``true_improvement``, ``lower_bound`` (THEORY §4 form from the

@@ -387,7 +387,8 @@ class TabularTeam:
         """Exact THEORY §4 terms of the step just taken by ``agent`` (from ``reference`` to
         its current factor), with ``π̂^{i−1}`` = the current team with the reference factor,
         ``π̂^i`` = the current team and ``π̂^0`` = ``stage_start`` (all agents' snapshots).
-        With ``delta_i``: ``kl_violation_frac`` (fraction of the agent's states with
+        ``occ_drift = ½‖d^{π̂^{i−1}} − d^{π̂^0}‖_1`` is the occupancy drift of the step's states
+        from the stage start (TeamTR's D_occ). With ``delta_i``: ``kl_violation_frac`` (fraction of the agent's states with
         ``KL_s > δ_i``, SAT Fig. 1c) and ``kl_violation_mass`` (their ``d^{π̂^{i−1}}`` mass)."""
         mdp, g = self.mdp, self.gamma
         prev_logits = list(self.logits)
@@ -409,6 +410,7 @@ class TabularTeam:
             tv=float(ev_prev.d @ factor_tv(mdp, p_ref, p_now, agent)),
             A_max=ev_prev.A_max, f_inf=float(np.abs(f).max()),
             true_gain=ev_now.J - ev_prev.J, J=ev_now.J,
+            occ_drift=0.5 * float(np.abs(ev_prev.d - ev0.d).sum()),
             kl_violation_frac=(float(np.mean(kl[act] > delta_i)) if delta_i is not None
                                and act.any() else None),
             kl_violation_mass=(float(ev_prev.d[act & (kl > delta_i)].sum())

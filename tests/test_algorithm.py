@@ -486,3 +486,14 @@ def test_property_exact_certificates_hold_and_trust_region_is_enforced(layout, s
             assert s["kl"] <= s["delta_i"] or s["rejected"]
             if METHODS[method]["occupancy"] == "intermediate":
                 assert s["delta"] <= s["delta_i"] * (1 + 1e-12)
+
+
+def test_occupancy_drift_and_weight_quantiles_are_logged():
+    mdp = random_mdp(5, 3, 2, layout="turn", seed=15)
+    rec, _, _ = run(mdp, "naive", mode="sampled", occupancy="stale+IS", stages=1, delta=0.05,
+                    n_groups=4, group_size=4, horizon_tol=0.05)
+    steps = rec.kind("step")
+    assert steps[0]["occ_drift"] == 0.0  # step 1 acts on the stage-start occupancy itself
+    assert all(0 < s["occ_drift"] <= 1 for s in steps[1:])
+    for s in steps[1:]:
+        assert 0 < s["w_p95"] <= s["w_p99"] <= s["w_max"]
