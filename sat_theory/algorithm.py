@@ -695,7 +695,9 @@ def train(team: Team, cfg: TrainConfig, *, writer=None, save_policies: bool = Fa
     """Run ``cfg.stages`` stages (plug-and-play swap before ``cfg.swap_stage`` if set).
 
     ``writer``: a :class:`sat_theory.metrics.RunWriter` (config.json, metrics.jsonl,
-    ``policies/stage{k}.npz`` via ``team.save`` when ``save_policies``). ``progress(stage
+    ``policies/stage{k}.npz`` via ``team.save`` when ``save_policies``: the policy at the
+    start of stage k, after a plug-and-play swap; ``stage{k}_preswap.npz`` the one before
+    it, i.e. the end of stage k−1). ``progress(stage
     record)`` after each stage. Returns a summary dict (J at start and end, counts).
     """
     state = RunState.initial(cfg, team.n_agents)
@@ -710,6 +712,8 @@ def train(team: Team, cfg: TrainConfig, *, writer=None, save_policies: bool = Fa
     stages: list[dict] = []
     for k in range(cfg.stages):
         if cfg.swap_stage is not None and k == cfg.swap_stage:
+            if save_policies:  # the end of stage k−1, before the swap (its certificate's target)
+                saver(writer.policy_path(k).replace(".npz", "_preswap.npz"))
             log(swap_agent(team, cfg, state))
         if save_policies:
             saver(writer.policy_path(k))

@@ -497,3 +497,29 @@ def test_occupancy_drift_and_weight_quantiles_are_logged():
     assert all(0 < s["occ_drift"] <= 1 for s in steps[1:])
     for s in steps[1:]:
         assert 0 < s["w_p95"] <= s["w_p99"] <= s["w_max"]
+
+
+def test_saved_policies_around_a_swap_reproduce_both_certificates(tmp_path):
+    mdp = random_mdp(5, 2, 2, layout="turn", seed=16)
+    team = TabularTeam(mdp)
+    cfg = TrainConfig(stages=2, delta=0.05, swap_stage=1, swap_agent=0, swap_strategy="direct")
+    with RunWriter(tmp_path) as w:
+        train(team, cfg, writer=w, save_policies=True)
+    run_ = load_run(tmp_path)
+    pol = {name: TeamPolicy.load(tmp_path / "policies" / f"{name}.npz", mdp)
+           for name in ("stage0", "stage1_preswap", "stage1", "stage2")}
+    for s, (a, b) in zip(run_.stages, [("stage0", "stage1_preswap"), ("stage1", "stage2")],
+                         strict=True):
+        cert = stage_certificate(mdp, pol[a], pol[b], s["order"])
+        assert s["lower_bound"] == pytest.approx(cert.lower_bound, rel=1e-9, abs=1e-12)
+
+
+def test_run_state_round_trips_through_json():
+    import json
+
+    cfg = TrainConfig(order="random", seed=3)
+    state = RunState.initial(cfg, 3)
+    state.rng.permutation(3)
+    back = RunState.from_dict(json.loads(json.dumps(state.to_dict())))
+    assert back.beta == state.beta and back.delta == state.delta
+    assert back.rng.permutation(10).tolist() == state.rng.permutation(10).tolist()
