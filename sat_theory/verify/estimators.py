@@ -255,7 +255,8 @@ def finite_sample_coverage(*, quick: bool = True, seed: int = 0, mutation: str |
         f"{delta_conf}: SAT's ε " + ", ".join(f"N={N}: {p:.3f}" for N, p in exact.items())
         + "; TeamTR's ε " + ", ".join(f"N={N}: {p:.4f}" for N, p in exact_tr.items()),
         f"δ_conf={delta_conf}, R={R} repetitions per case, violation if misses > {thresh} "
-        f"(Binomial(R, δ_conf) 1−1e-6 quantile)",
+        f"(Binomial(R, δ_conf) 1−1e-6 quantile); min_slack = that threshold minus the largest "
+        "miss count",
         f"TeamTR (range 2B) miss rate per case: deviation {_q(miss_dev)}; "
         f"Thm E.10 certificate {_q(miss_cert)}",
         ("SAT's constant (range B for values spanning 2B) " + ("holds" if sat_holds else "does NOT hold")
