@@ -168,3 +168,21 @@ def test_subprocess_bad_input_and_json(tmp_path, files):
     r = subprocess.run(exe + ["eval", str(p["mdp"]), "--policy", str(p["cur"]), "--json"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and set(json.loads(r.stdout)) == {"J", "V", "d"}
+
+
+# ------------------------------------------------------------------ sat bench
+def test_bench_smoke_json(capsys):
+    """The benchmark scripts run end to end (tiny sizes; numbers meaningless, never asserted)."""
+    code, out, err = run_cli(capsys, "bench", "--smoke", "--only", "certificate,sparse,scaling", "--json")
+    assert code == 0, err
+    obj = json.loads(out)
+    assert set(obj) == {"machine", "benchmarks", "targets"}
+    assert set(obj["benchmarks"]) == {"certificate", "sparse", "scaling"}
+    for t in obj["targets"]:
+        assert {"target", "value", "goal", "met"} <= set(t)
+    # the naive certificate and ours agree: the speed comparison is between equal answers
+    assert all(r["max_abs_diff"] < 1e-9 for r in obj["benchmarks"]["certificate"]["rows"])
+
+
+def test_bench_unknown_name(capsys):
+    assert_clean_error(*run_cli(capsys, "bench", "--only", "nope"), r"unknown benchmark")

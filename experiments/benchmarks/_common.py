@@ -1,0 +1,131 @@
+"""Shared helpers of the benchmark scripts: interleaved timing, machine description, output.
+
+Timing rule (issue 7): these machines are shared and noisy, so every comparison is a ratio
+measured in one run. The contenders of one comparison are timed *interleaved* (round-robin,
+rotating the order each round) and each is summarised by its minimum over the rounds (the
+least disturbed run) and its median; ratios are taken of the minima.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def interleaved(cases: dict[str, Callable[[], Callable[[], object]]], repeats: int,
+                warmup: int = 1) -> dict:
+    """Time each case ``repeats`` times, round-robin, after ``warmup`` untimed rounds.
+
+    ``cases[name]()`` prepares one run (untimed: fresh copies, warm caches) and returns the
+    zero-argument callable that is timed. Returns ``{name: {"min": s, "median": s}}``.
+    """
+    names = list(cases)
+    for _ in range(warmup):  # page cache, BLAS thread pools, lazy imports
+        for name in names:
+            cases[name]()()
+    times: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(repeats):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            fn = cases[name]()
+            gc.collect()
+            gc.disable()  # a collection inside a timed region is noise, not cost
+            try:
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+            finally:
+                gc.enable()
+    return {k: {"min": min(v), "median": statistics.median(v)} for k, v in times.items()}
+
+
+def time_once(fn: Callable[[], object]) -> tuple[float, object]:
+    """Wall time of one call and its result."""
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def machine_info() -> dict:
+    """What the numbers ran on: CPU, cores, BLAS kernel (threadpoolctl), versions, load."""
+    cpu = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    blas = []
+    try:
+        import scipy.linalg  # noqa: F401  (load scipy's BLAS so threadpoolctl sees it)
+        from threadpoolctl import threadpool_info
+
+        blas = [
+            {k: d.get(k) for k in ("internal_api", "version", "architecture", "num_threads",
+                                   "threading_layer")}
+            | {"library": os.path.basename(d.get("filepath", ""))}
+            for d in threadpool_info() if d.get("user_api") == "blas"
+        ]
+    except ImportError:
+        blas = [{"note": "threadpoolctl not installed; BLAS kernel unknown"}]
+    versions = {"python": platform.python_version(), "numpy": np.__version__}
+    for mod in ("scipy", "quantecon", "mdptoolbox"):
+        try:
+            versions[mod] = getattr(__import__(mod), "__version__", "installed")
+        except ImportError:
+            versions[mod] = None
+    env = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+                                          "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    return {
+        "cpu": cpu,
+        "nproc": os.cpu_count(),
+        "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "blas": blas,
+        "blas_env": env,
+        "versions": versions,
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def blas_summary(info: dict) -> str:
+    """One line such as ``openblas 0.3.31 Haswell x2``."""
+    parts = []
+    for b in info.get("blas", []):
+        if "internal_api" in b:
+            parts.append(f"{b['internal_api']} {b['version']} {b['architecture']} x{b['num_threads']}"
+                         f" ({b['library']})")
+        else:
+            parts.append(b.get("note", "?"))
+    return "; ".join(parts)
+
+
+def save_json(obj: dict, name: str, out: str | os.PathLike | None = None) -> Path:
+    """Write ``obj`` as JSON to ``out`` (default ``results/<name>.json``); return the path."""
+    from sat_theory.commands._io import dumps
+
+    path = Path(out) if out is not None else RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(json.loads(dumps(obj)), indent=1) + "\n")
+    return path
+
+
+def fmt_table(rows: list[dict], columns: list[str]) -> str:
+    from sat_theory.commands._io import table
+
+    return table(rows, columns, fmt="{:.4g}")
+
+
+def target_line(name: str, value: float, goal: float, higher_is_better: bool = True) -> dict:
+    """A target check: ``met`` is whether ``value`` reaches ``goal``."""
+    met = value >= goal if higher_is_better else value <= goal
+    return {"target": name, "value": value, "goal": goal, "met": bool(met)}

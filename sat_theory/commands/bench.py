@@ -1,0 +1,91 @@
+"""``sat bench [--quick] [--json] [--only NAME[,NAME]] [--smoke]``: performance benchmarks.
+
+Runs the scripts of ``experiments/benchmarks/`` (issue 7; see ``BENCHMARKS.md``) through
+their ``main()`` functions: ``eval`` (exact evaluation vs QuantEcon, pymdptoolbox and one
+bare LAPACK solve), ``sparse`` (Krylov vs value iteration on large sparse MDPs),
+``certificate`` (a full stage certificate vs a naive implementation) and ``scaling``
+(log-log fits of time vs S and n). Every comparison is a ratio measured in one run. Each
+script writes its JSON under ``experiments/benchmarks/results/``; this command prints each
+script's table and then every target as MET or MISSED, or with ``--json`` one object
+``{"machine": …, "benchmarks": {name: result}, "targets": [...]}`` on stdout.
+
+The scripts live in the source checkout (they are experiments, not library code), so this
+command needs the repository, e.g. an editable install. Peers (quantecon, pymdptoolbox) come
+with the ``dev`` extra; a missing peer is left out of the tables.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import tempfile
+from pathlib import Path
+
+from ..errors import InputError
+from ._io import dumps, table
+
+BENCHES = ("eval", "sparse", "certificate", "scaling")
+
+
+def add_arguments(p):
+    p.add_argument("--quick", action="store_true",
+                   help="smaller grids (S up to 1000 dense, 10^5 sparse); minutes instead of ~20")
+    p.add_argument("--json", action="store_true",
+                   help='print {"machine", "benchmarks", "targets"} as one JSON object on stdout')
+    p.add_argument("--only", default=None, metavar="NAME[,NAME]",
+                   help=f"run only these benchmarks ({', '.join(BENCHES)})")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny sizes to check that the scripts run (numbers meaningless; "
+                        "results go to a temporary folder)")
+
+
+def bench_dir() -> Path:
+    return Path(__file__).resolve().parents[2] / "experiments" / "benchmarks"
+
+
+def _selected(only: str | None) -> list[str]:
+    if only is None:
+        return list(BENCHES)
+    names = [x.strip() for x in only.split(",") if x.strip()]
+    bad = [x for x in names if x not in BENCHES]
+    if bad or not names:
+        raise InputError(f"--only: unknown benchmark(s) {', '.join(bad) or '(none)'}; "
+                         f"choose from {', '.join(BENCHES)}")
+    return names
+
+
+def run(args) -> int:
+    names = _selected(args.only)
+    folder = bench_dir()
+    if not (folder / "_common.py").exists():
+        raise InputError(f"benchmark scripts not found in {folder}: sat bench needs the source "
+                         "checkout (pip install -e .)")
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    results, targets = {}, []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            mod = importlib.import_module(f"bench_{name}")
+            kwargs = {"quick": args.quick, "verbose": not args.json}
+            if args.smoke:
+                kwargs.update(cfg=mod.SMOKE, out=str(Path(tmp) / f"bench_{name}.json"))
+            if not args.json:
+                print(f"== {name} ==", flush=True)
+            res = mod.main(**kwargs)
+            results[name] = res
+            targets += [{"benchmark": name, **t} for t in res.get("targets", [])]
+            if not args.json:
+                print(flush=True)
+    machine = importlib.import_module("_common").machine_info()
+    if args.json:
+        print(dumps({"machine": machine, "benchmarks": results, "targets": targets}))
+        return 0
+    from _common import blas_summary
+
+    print(f"machine: {machine['cpu']}, {machine['nproc']} cores, BLAS {blas_summary(machine)}, "
+          f"load {machine['loadavg']}")
+    if targets:
+        rows = [{"benchmark": t["benchmark"], "target": t["target"], "value": t["value"],
+                 "goal": t["goal"], "status": "MET" if t["met"] else "MISSED"} for t in targets]
+        print(table(rows, ["benchmark", "target", "value", "goal", "status"], fmt="{:.3g}"))
+    return 0
