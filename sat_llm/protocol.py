@@ -1,0 +1,86 @@
+"""The canonical shared-context turn-taking protocol (TeamTR §3.1, App. G.7).
+
+The state of the team MDP is the shared textual context: the task prompt plus every earlier
+message (agents' messages and, for interactive tasks, the environment's feedback) and the
+active agent's id chosen by a fixed router. At each turn exactly one agent speaks; its
+message is appended to the context. The last message's answer is scored.
+
+Everything out-of-band is fixed once and identical for every agent (TeamTR App. G.7): one
+explicit system prompt (never a model's default), one rendering of the transcript into a
+single user message, one instruction line naming the active agent, the reasoning-tag mode
+(``reasoning_tags=False`` strips ``<think>…</think>`` blocks before a message enters the shared
+context, so no agent sees another's hidden reasoning), and each agent's own chat template
+for the markup.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sat_theory.errors import InputError
+
+__all__ = ["Protocol", "SYSTEM_PROMPT", "ROUTERS"]
+
+SYSTEM_PROMPT = ("You are one member of a team of agents that solve a task together, taking "
+                 "turns. Each agent sees the task and all earlier messages. Be brief. The last "
+                 "message of the team is graded.")
+
+ROUTERS = ("round-robin", "random")
+
+
+@dataclass
+class Protocol:
+    """Turn-taking protocol of an ``n_agents`` team (see module docstring)."""
+
+    n_agents: int = field(metadata={"help": "agents in the team"})
+    router: str = field(default="round-robin", metadata={
+        "help": "which agent speaks at turn t: round-robin (t mod n) or random (uniform, seeded)"})
+    turns: int = field(default=0, metadata={
+        "help": "turns per episode (0: one per agent, i.e. n_agents); interactive tasks may end earlier"})
+    system_prompt: str = field(default=SYSTEM_PROMPT, metadata={"help": "the canonical system prompt"})
+    reasoning_tags: bool = field(default=False, metadata={
+        "help": "keep <think> blocks in the shared context (default: strip them, TeamTR G.7)"})
+
+    def __post_init__(self):
+        if self.n_agents < 1:
+            raise InputError(f"a team needs at least 1 agent, got {self.n_agents}")
+        if self.router not in ROUTERS:
+            raise InputError(f"unknown router {self.router!r}; choose one of {', '.join(ROUTERS)}")
+        if self.turns < 0:
+            raise InputError(f"turns must be >= 0, got {self.turns}")
+
+    @property
+    def n_turns(self) -> int:
+        return self.turns or self.n_agents
+
+    def schedule(self, rng: np.random.Generator) -> list[int]:
+        """The speaking agent of every turn of one episode."""
+        if self.router == "round-robin":
+            return [t % self.n_agents for t in range(self.n_turns)]
+        return [int(a) for a in rng.integers(0, self.n_agents, size=self.n_turns)]
+
+    def clean(self, message: str) -> str:
+        """What of a message enters the shared context."""
+        if not self.reasoning_tags:
+            message = re.sub(r"<think>.*?(</think>|$)", "", message, flags=re.DOTALL)
+        return message.strip()
+
+    def messages(self, prompt: str, history: list[tuple[str, str]], agent: int, last: bool) -> list[dict]:
+        """Chat messages for ``agent`` speaking after ``history`` (``(speaker, text)`` pairs,
+        speaker ``"agent k"`` or ``"environment"``)."""
+        lines = [f"Task: {prompt}"]
+        for who, text in history:
+            lines.append(f"[{who.capitalize()}]: {text}")
+        role = "the final answer of the team" if last else "your contribution"
+        lines.append(f"You are Agent {agent + 1} of {self.n_agents}. Write {role}.")
+        return [{"role": "system", "content": self.system_prompt},
+                {"role": "user", "content": "\n".join(lines)}]
+
+    def render(self, tokenizer, prompt: str, history, agent: int, last: bool) -> list[int]:
+        """Token ids of the context (chat template with the generation prompt)."""
+        text = tokenizer.apply_chat_template(self.messages(prompt, history, agent, last),
+                                             add_generation_prompt=True, tokenize=False)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])

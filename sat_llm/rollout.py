@@ -1,0 +1,116 @@
+"""Batched generation and teacher-forced scoring on CPU (transformers).
+
+Conventions that keep the behaviour log-probabilities, the ratios and the KLs consistent:
+
+- An agent's policy is ``π(x_u | s, x_<u) = softmax(logits / τ)`` at temperature ``τ``, with
+  no top-k / top-p truncation (``top_k=0, top_p=1``), so sampling, the stored behaviour
+  log-probabilities, the surrogate ratios and both KL monitors all refer to the same
+  distribution. Greedy decoding (evaluation) takes the arg-max.
+- Generation left-pads the contexts (``attention_mask`` marks the padding; ``generate``
+  derives the position ids from it), so every row continues right after its own context.
+  A message ends at its first stop token (kept, it is part of the action: its probability
+  is what ends the message) or after ``max_new_tokens`` tokens; whatever ``generate`` emits
+  after a row's stop token is padding and dropped.
+- Teacher-forced scoring right-pads ``context + message`` (positions then start at 0 in
+  every row, as in generation) and returns the log-probabilities of the message tokens,
+  ``(B, T)`` with a mask, from the logits at the positions just before them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["generate", "score_logits", "message_logprobs", "pad_right"]
+
+
+def _gen_config(max_new_tokens: int, temperature: float, greedy: bool, stop_ids, pad_id):
+    from transformers import GenerationConfig
+
+    # a fresh config: no top-k/top-p/repetition settings inherited from the model's defaults
+    kw = dict(max_new_tokens=int(max_new_tokens), eos_token_id=list(stop_ids), pad_token_id=int(pad_id),
+              return_dict_in_generate=True, output_logits=True)
+    if greedy:
+        kw.update(do_sample=False)
+    else:
+        kw.update(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0)
+    return GenerationConfig(**kw)
+
+
+@torch.no_grad()
+def generate(model, contexts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float = 1.0,
+             stop_ids: Sequence[int], pad_id: int, greedy: bool = False
+             ) -> tuple[list[list[int]], list[np.ndarray]]:
+    """Sample one message per context. Returns ``(messages, logps)``: token ids cut after the
+    first stop token, and the per-token behaviour log-probabilities under
+    ``softmax(logits/τ)`` (for greedy decoding: under ``τ``-softmax too, for reference).
+
+    Sampling uses the global torch RNG (seed it for reproducibility)."""
+    if not contexts:
+        return [], []
+    L = max(len(c) for c in contexts)
+    ids = torch.full((len(contexts), L), int(pad_id), dtype=torch.long)  # (B, L) left-padded
+    mask = torch.zeros((len(contexts), L), dtype=torch.long)
+    for b, c in enumerate(contexts):
+        ids[b, L - len(c):] = torch.tensor(list(c), dtype=torch.long)
+        mask[b, L - len(c):] = 1
+    cfg = _gen_config(max_new_tokens, temperature, greedy, stop_ids, pad_id)
+    out = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
+    gen = out.sequences[:, L:]  # (B, T)
+    T = gen.shape[1]
+    logps = torch.empty(gen.shape, dtype=torch.float64)
+    for u in range(T):  # (B, V) raw logits of step u -> log-prob of the emitted token
+        lp = torch.log_softmax(out.logits[u].float() / float(temperature), dim=-1)
+        logps[:, u] = lp.gather(1, gen[:, u:u + 1]).squeeze(1).double()
+    stops = set(int(s) for s in stop_ids)
+    msgs, lps = [], []
+    for b in range(gen.shape[0]):
+        row = gen[b].tolist()
+        end = next((u + 1 for u, x in enumerate(row) if x in stops), len(row))
+        msgs.append(row[:end])
+        lps.append(logps[b, :end].numpy())
+    return msgs, lps
+
+
+def pad_right(contexts: Sequence[Sequence[int]], messages: Sequence[Sequence[int]], pad_id: int):
+    """``(ids (B,L), attention_mask (B,L), starts (B,), lengths (B,))`` of ``context+message``
+    right-padded; ``starts[b] = len(context_b)``, ``lengths[b] = len(message_b)``."""
+    seqs = [list(c) + list(m) for c, m in zip(contexts, messages)]
+    L = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), L), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((len(seqs), L), dtype=torch.long)
+    for b, s in enumerate(seqs):
+        ids[b, :len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[b, :len(s)] = 1
+    starts = torch.tensor([len(c) for c in contexts])
+    lengths = torch.tensor([len(m) for m in messages])
+    return ids, mask, starts, lengths
+
+
+def score_logits(model, contexts, messages, *, pad_id: int, temperature: float = 1.0,
+                 dtype=torch.float32):
+    """Teacher-forced ``(logp (B,T,V), tokens (B,T), mask (B,T))``: ``logp[b,u]`` is the full
+    ``log softmax(logits/τ)`` predicting message token ``u`` of row ``b`` (``T`` = longest
+    message); ``mask`` is 1 on real message tokens. Gradients flow if enabled. ``dtype``
+    of the log-softmax: float64 for the KL monitors (float32 normalisation errors of ~1e-7
+    would otherwise show as tiny negative KLs)."""
+    ids, attn, starts, lengths = pad_right(contexts, messages, pad_id)
+    B = ids.shape[0]
+    T = int(lengths.max()) if B else 0
+    logits = model(input_ids=ids, attention_mask=attn).logits  # (B, L, V)
+    # the logit at position p predicts token p+1: message token u sits at starts+u
+    u = torch.arange(T)
+    pos = (starts[:, None] + u[None, :] - 1).clamp(max=ids.shape[1] - 1)  # (B, T)
+    mask = (u[None, :] < lengths[:, None])
+    sel = logits.gather(1, pos[:, :, None].expand(B, T, logits.shape[-1]))  # (B, T, V)
+    logp = torch.log_softmax(sel.to(dtype) / float(temperature), dim=-1)
+    tok_pos = (starts[:, None] + u[None, :]).clamp(max=ids.shape[1] - 1)
+    tokens = ids.gather(1, tok_pos) * mask
+    return logp, tokens, mask.to(logp.dtype)
+
+
+def message_logprobs(logp: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-token ``log π(x_u | s, x_<u)`` (B,T), zero where ``mask`` is 0."""
+    return logp.gather(2, tokens[:, :, None]).squeeze(2) * mask

@@ -1,0 +1,244 @@
+"""``sat train --backend llm``: the shared algorithm on an :class:`~sat_llm.team.LLMTeam`.
+
+``run_train(args)`` builds the team (:class:`~sat_llm.team.LLMConfig`) and the algorithm's
+:class:`~sat_theory.algorithm.TrainConfig` (with ``sat_theory.commands.train.build_config``,
+the same as the tabular world), then drives ``sat_theory.algorithm.run_stage`` stage by stage,
+unchanged, with a checkpoint after every agent update (:mod:`sat_llm.checkpoint`).
+
+Output (``--out DIR``): ``config.json`` (``algorithm``: the TrainConfig; ``backend``: the
+LLMConfig and library versions) and ``metrics.jsonl`` in the tabular schema
+(:mod:`sat_theory.metrics`); each step record additionally carries ``kl_sampled`` (TeamTR
+eq. 18 beside the exact ``kl``), ``kl_per_token``, ``n_tokens``, the optimizer's ``loss``,
+``grad_norm``, ``opt_steps``, ``lr``, ``tokens`` generated and ``seconds``; each stage record
+``eval_accuracy`` (= ``J_after``, the held-out accuracy) and ``seconds``. ``lower_bound`` is
+the algorithm's THEORY §4 bound from the stage's own estimates; with the default γ = 1
+(episodic score) its γ-terms are undefined and it is logged as ``NaN``.
+
+``--resume DIR`` continues a killed run from ``DIR/checkpoint.pt`` (settings from
+``DIR/config.json``), losing no completed agent step.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from sat_theory.errors import InputError
+
+__all__ = ["run_train", "build_llm_config", "Runner"]
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    out = {}
+    for pkg in ("torch", "transformers", "peft", "gguf", "accelerate"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def _task_options(items) -> dict:
+    opts = {}
+    for it in items or []:
+        if "=" not in it:
+            raise InputError(f"--task-option must look like KEY=VALUE, got {it!r}")
+        k, v = it.split("=", 1)
+        try:
+            opts[k.strip()] = json.loads(v)
+        except json.JSONDecodeError:
+            opts[k.strip()] = v
+    return opts
+
+
+def build_llm_config(args):
+    from .team import LLMConfig
+
+    models = tuple(m.strip() for m in args.agent_models.split(",")) if args.agent_models else None
+    return LLMConfig(model=args.model, agent_models=models, task=args.task, prompts=args.jsonl,
+                     task_options=_task_options(args.task_option), agents=args.agents,
+                     router=args.router, turns=args.turns, max_new_tokens=args.max_new_tokens,
+                     temperature=args.temperature, lora_r=args.lora_r, lr=args.llm_lr,
+                     epochs=args.llm_epochs, minibatch=args.minibatch, gamma=args.gamma,
+                     n_train=args.n_train, n_eval=args.n_eval, seed=args.seed)
+
+
+def _apply_defaults(args) -> None:
+    from .cli_args import LLM_DEFAULTS
+
+    for k, v in LLM_DEFAULTS.items():
+        if getattr(args, k, None) is None:
+            setattr(args, k, v)
+    if getattr(args, "prompts", None) is not None:
+        args.groups = args.prompts
+    if args.agents < 1:
+        raise InputError(f"--agents must be >= 1, got {args.agents}")
+
+
+class Runner:
+    """Drives ``run_stage`` over the stages of one run directory with checkpoints."""
+
+    def __init__(self, team, cfg, out_dir, *, state=None, append=False, n_records=0,
+                 progress=True):
+        from sat_theory.algorithm import RunState
+        from sat_theory.metrics import RunWriter
+
+        self.team, self.cfg, self.out = team, cfg, Path(out_dir)
+        self.state = state or RunState.initial(cfg, team.n_agents)
+        self.writer = RunWriter(str(self.out), append=append)
+        self.n_records = n_records
+        self.pos: dict = {}
+        self.bar = None
+        self._t = time.perf_counter()
+        if progress:
+            from tqdm import tqdm
+
+            done = self.state.stage * team.n_agents
+            self.bar = tqdm(total=cfg.stages * team.n_agents, initial=done, unit="step",
+                            desc=f"sat train llm {cfg.method}", file=sys.stderr, leave=False,
+                            dynamic_ncols=True)
+
+    # ------------------------------------------------------------- logging and checkpoints
+    def log(self, rec: dict) -> None:
+        rec = dict(rec)
+        now = time.perf_counter()
+        rec["seconds"], self._t = now - self._t, now
+        if rec["kind"] == "step":
+            j = rec["agent"]
+            kl = self.team.last_kl.get(j, {})
+            up = self.team.last_update.get(j, {})
+            rec.update(kl_sampled=kl.get("kl_sampled"), kl_per_token=kl.get("kl_per_token"),
+                       n_tokens=kl.get("n_tokens"), loss=up.get("loss"),
+                       grad_norm=up.get("grad_norm"), opt_steps=up.get("opt_steps"),
+                       lr=up.get("lr"),
+                       tokens=(self.team.last_batch.extra.get("tokens")
+                               if self.team.last_batch is not None else None))
+            self.pos["steps"].append(rec)
+        elif rec["kind"] == "stage":
+            rec["eval_accuracy"] = rec.get("J_after")
+        self.writer.log(rec)
+        self.n_records += 1
+
+    def _payload(self, stage: int, step: int) -> dict:
+        keep_batch = self.cfg.occupancy != "intermediate" and step > 0
+        return dict(version=1, team=self.team.state_dict(), run_state=self.state.to_dict(),
+                    stage=stage, step=step, order=list(self.pos.get("order", [])),
+                    steps=list(self.pos.get("steps", [])), start=self.pos.get("start"),
+                    J_before=self.pos.get("J_before"),
+                    batch=self.team.last_batch if keep_batch else None,
+                    n_records=self.n_records)
+
+    def on_step(self, rec: dict) -> None:
+        if self.cfg.order == "greedy":
+            self.pos["order"] = [r["agent"] for r in self.pos["steps"]]
+        from .checkpoint import save_checkpoint
+
+        save_checkpoint(self.out, self._payload(self.state.stage, len(self.pos["steps"])))
+        if self.bar is not None:
+            self.bar.set_postfix(kl=f"{rec['kl']:.3g}", R=f"{rec.get('reward_mean') or 0:.2f}")
+            self.bar.update(1)
+
+    def _begin_stage(self) -> None:
+        from sat_theory.algorithm import choose_order
+
+        n = self.team.n_agents
+        rng = copy.deepcopy(self.state.rng)  # run_stage draws the same permutation from it
+        order = ([] if self.cfg.order == "greedy"
+                 else choose_order(self.cfg.order, n, rng, self.cfg.fixed_order))
+        self.pos = dict(order=order, steps=[], start=[self.team.snapshot(j) for j in range(n)],
+                        J_before=float(self.team.evaluate()))
+
+    # ------------------------------------------------------------- the loop
+    def run(self, resume: dict | None = None) -> dict:
+        from sat_theory.algorithm import run_stage, swap_agent
+
+        from .checkpoint import resume_stage, save_checkpoint
+
+        team, cfg = self.team, self.cfg
+        J0 = float(team.evaluate())
+        stages: list[dict] = []
+        try:
+            if resume is not None and resume["step"] > 0:
+                self.pos = dict(order=resume["order"], steps=list(resume["steps"]),
+                                start=resume["start"], J_before=resume["J_before"])
+                stages.append(resume_stage(team, cfg, self.state, resume, log=self.log,
+                                           on_step=self.on_step))
+                save_checkpoint(self.out, self._payload(self.state.stage, 0))
+            while self.state.stage < cfg.stages:
+                if cfg.swap_stage is not None and self.state.stage == cfg.swap_stage:
+                    self.log(swap_agent(team, cfg, self.state))
+                self._begin_stage()
+                stages.append(run_stage(team, cfg, self.state, log=self.log, on_step=self.on_step))
+                save_checkpoint(self.out, self._payload(self.state.stage, 0))
+        finally:
+            self.writer.close()
+            if self.bar is not None:
+                self.bar.close()
+        return dict(J_start=J0, J_end=float(team.evaluate()), stages=len(stages),
+                    rollouts=self.state.rollouts,
+                    rejected_steps=sum(s["rejected_steps"] for s in stages))
+
+
+def _check_out(out) -> Path:
+    if out is None:
+        raise InputError("--out DIR is required")
+    return Path(out)
+
+
+def run_train(args) -> int:
+    """Entry point of ``sat train --backend llm`` (see module docstring)."""
+    if getattr(args, "resume", None):
+        return _resume(args)
+    _apply_defaults(args)
+    from sat_theory.commands.train import build_config
+
+    out = _check_out(args.out)
+    if (out / "checkpoint.pt").exists():
+        raise InputError(f"{out} holds a run already; use --resume {out} to continue it")
+    cfg = build_config(args, args.agents, sampled=True)
+    llm_cfg = build_llm_config(args)
+    from .team import LLMTeam
+
+    team = LLMTeam(llm_cfg)
+    runner = Runner(team, cfg, out, progress=not args.quiet)
+    runner.writer.write_config(dict(algorithm=cfg.to_dict(),
+                                    backend=dict(backend="llm", llm=llm_cfg.to_dict(),
+                                                 versions=_versions())))
+    return _finish(runner.run(), cfg, out)
+
+
+def _resume(args) -> int:
+    from sat_theory.algorithm import RunState, TrainConfig
+
+    from .checkpoint import load_checkpoint, truncate_metrics
+    from .team import LLMConfig, LLMTeam
+
+    out = Path(args.resume)
+    cfg_path = out / "config.json"
+    if not cfg_path.is_file():
+        raise InputError(f"no run to resume in {out} (config.json missing)")
+    conf = json.loads(cfg_path.read_text())
+    ck = load_checkpoint(out)
+    cfg = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v
+                         for k, v in conf["algorithm"].items()})
+    llm_cfg = LLMConfig(**conf["backend"]["llm"])
+    team = LLMTeam(llm_cfg)
+    team.load_state_dict(ck["team"])
+    state = RunState.from_dict(ck["run_state"])
+    truncate_metrics(out, ck["n_records"])
+    runner = Runner(team, cfg, out, state=state, append=True, n_records=ck["n_records"],
+                    progress=not getattr(args, "quiet", False))
+    return _finish(runner.run(resume=ck), cfg, out)
+
+
+def _finish(summary: dict, cfg, out) -> int:
+    print(f"{cfg.method} (llm): {summary['stages']} stages, held-out accuracy "
+          f"{summary['J_start']:.4g} -> {summary['J_end']:.4g}, rejected steps "
+          f"{summary['rejected_steps']}, rollouts {summary['rollouts']} -> {out}")
+    return 0 if all(math.isfinite(summary[k]) for k in ("J_start", "J_end")) else 1
