@@ -7,8 +7,11 @@ Public API (see THEORY.md for every definition):
 - :func:`evaluate`, :func:`evaluate_many` — exact V, Q, A, d, J
 - :func:`stage_certificate` — every certificate term of one sequential stage
 - :func:`random_mdp`, :func:`named_mdp` — generators and toy MDPs
+- :class:`Team` — the backend interface; :class:`TabularTeam` — its exact/sampled tabular
+  implementation; :func:`run_stage`, :func:`train`, :class:`TrainConfig` — the shared algorithm
 """
 
+from .algorithm import METHODS, TrainConfig, run_stage, train
 from .certificates import (
     BOUND_KEYS,
     StageCertificate,
@@ -33,9 +36,12 @@ from .policy import (
     marginal_advantage,
     tv_rows,
 )
+from .tabular_team import TabularTeam
+from .team import Batch, Episode, Team, Turn
 
 __all__ = [
-    "BOUND_KEYS", "NAMED", "SUM_TOL", "BatchEvaluation", "ConvergenceError", "Evaluation",
+    "METHODS", "Batch", "Episode", "TabularTeam", "Team", "TrainConfig", "Turn", "run_stage",
+    "train", "BOUND_KEYS", "NAMED", "SUM_TOL", "BatchEvaluation", "ConvergenceError", "Evaluation",
     "FactorizedMDP", "InputError", "StageCertificate", "StepCertificate", "TeamPolicy",
     "evaluate", "evaluate_many", "expected_advantage", "factor_kl", "factor_tv",
     "intermediate_policies", "joint_kl", "joint_policy", "joint_tv", "kl_rows",
