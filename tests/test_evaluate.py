@@ -258,3 +258,40 @@ def test_krylov_on_poorly_mixing_chains(successors, A, gamma):
     assert bellman_residual(mdp, kr.pi, kr.V) <= tol
     assert np.abs(kr.V - de.V).max() <= tol / (1 - gamma) * (1 + 1e-6)
     assert np.abs(kr.d - de.d).sum() <= tol * (1 + 1e-6)
+
+
+# ------------------------------------------------- mixed-precision dense path
+@pytest.mark.parametrize("layout", ["turn", "simultaneous"])
+def test_mixed_precision_path_equals_float64_lu(monkeypatch, layout):
+    """Above MIXED_MIN_STATES the dense path refines a float32 LU in float64 (DSGESV scheme):
+    it must agree with the float64 LU to roundoff, for V, d and everything built on them."""
+    import sys
+
+    E = sys.modules["sat_theory.evaluate"]
+    mdp = random_mdp(300, 2, 2, layout=layout, gamma=0.99, seed=1)
+    pol = TeamPolicy.random(mdp, 2)
+    monkeypatch.setattr(E, "MIXED_MIN_STATES", 10**9)
+    ref = evaluate(mdp, pol)
+    monkeypatch.setattr(E, "MIXED_MIN_STATES", 100)
+    mixed = evaluate(mdp, pol)
+    scale = 1 / (1 - mdp.gamma)
+    np.testing.assert_allclose(mixed.V, ref.V, rtol=0, atol=1e-13 * scale)
+    np.testing.assert_allclose(mixed.d, ref.d, rtol=0, atol=1e-14)
+    assert bellman_residual(mdp, mixed.pi, mixed.V) <= 1e-13 * scale
+    assert abs(mixed.d.sum() - 1) < 1e-13
+
+
+def test_mixed_precision_falls_back_when_refinement_cannot_converge(monkeypatch):
+    """γ within 1e-9 of 1: cond(I − γP_π) ~ 1e9 exceeds float32's reach, refinement fails and
+    the float64 LU answers (no silent loss of accuracy)."""
+    import sys
+
+    E = sys.modules["sat_theory.evaluate"]
+    monkeypatch.setattr(E, "MIXED_MIN_STATES", 100)
+    mdp = random_mdp(200, 2, 2, layout="turn", gamma=1 - 1e-9, successors=2, seed=0)
+    pol = TeamPolicy.random(mdp, 0)
+    ev = evaluate(mdp, pol)
+    monkeypatch.setattr(E, "MIXED_MIN_STATES", 10**9)
+    ref = evaluate(mdp, pol)
+    np.testing.assert_allclose(ev.V, ref.V, rtol=1e-9)
+    np.testing.assert_allclose(ev.d, ref.d, atol=1e-9)
