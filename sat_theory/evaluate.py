@@ -11,7 +11,11 @@ With joint probabilities ``π(a|s)`` (see :func:`sat_theory.policy.joint_policy`
 Dense path: one LU factorization of ``M = I − γ P_π`` serves both ``V`` (``M V = r_π``)
 and ``d`` (``Mᵀ d = (1−γ) ρ0``). The factorization is of ``Mᵀ`` held as the Fortran-ordered
 view of the C-ordered ``M``, so LAPACK factors it in place without a copy. The policy is
-never expanded to a joint ``(S·K)×S`` matrix beyond the input ``P``.
+never expanded to a joint ``(S·K)×S`` matrix beyond the input ``P``; ``P_π`` is one einsum
+pass over ``P``. From :data:`MIXED_MIN_STATES` states on, the LU is computed in float32 and
+both solves are refined with float64 residuals to float64 accuracy (LAPACK's DSGESV scheme,
+see :class:`_MixedSolver`), with the float64 LU as fallback: the results are float64-exact,
+the factorization twice as fast. Small systems run with one BLAS thread (:func:`_blas_limit`).
 
 Sparse path (CSR ``P`` with at least :data:`SPARSE_MIN_STATES` states): ``P_π`` is formed in
 O(nnz) by scaling ``P``'s data (no sparse product) and ``I − γP_π`` is applied, never built;
