@@ -67,20 +67,12 @@ def check(name: str, reference: str, section: str, mutations: tuple[str, ...] = 
 
 
 def load_checks() -> dict[str, Check]:
-    """Import every module of :data:`CHECK_MODULES` (each registers its checks) and return
-    the registry. While the suite is being written a module that does not exist yet is
-    skipped with a warning; any other import error propagates."""
+    """Import every module of :data:`CHECK_MODULES` (each registers its checks on import) and
+    return the registry. A missing or broken module is an error: the suite is all or nothing."""
     import importlib
-    import warnings
 
     for m in CHECK_MODULES:
-        try:
-            importlib.import_module(m)
-        except ModuleNotFoundError as e:
-            if e.name != m:
-                raise
-            warnings.warn(f"verify: check module {m} not found, its checks are skipped",
-                          stacklevel=2)
+        importlib.import_module(m)
     return CHECKS
 
 

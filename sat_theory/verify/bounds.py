@@ -201,7 +201,7 @@ def performance_difference(*, quick: bool = False, seed: int = 0,
     name = "performance_difference"
     _mut(mutation, name)
     T = _Tally()
-    for c in cases(seed, _count(quick, 40, 200)) + _trap_cases():
+    for c in cases(seed, _count(quick, 80, 300)) + _trap_cases():
         ev, ev2 = evaluate(c.mdp, c.current), evaluate(c.mdp, c.target)
         A = ev2.A if mutation == "new_advantage" else ev.A
         d = ev.d if mutation == "old_occupancy" else ev2.d
@@ -242,7 +242,7 @@ def occupancy_shift_max(*, quick: bool = False, seed: int = 0,
     rng = np.random.default_rng([seed, 11])
     T = _Tally()
     extremal = []
-    for c in cases(seed + 1, _count(quick, 30, 150)) + _trap_cases():
+    for c in cases(seed + 1, _count(quick, 60, 300)) + _trap_cases():
         g = c.mdp.gamma
         ev, ev2 = evaluate(c.mdp, c.current), evaluate(c.mdp, c.target)
         tv = float(joint_tv(c.mdp, c.current, c.target).max())
@@ -276,7 +276,7 @@ def occupancy_shift_expected(*, quick: bool = False, seed: int = 0,
     rng = np.random.default_rng([seed, 12])
     T = _Tally()
     first, second, flipped_fail = [], [], 0
-    for c in cases(seed + 2, _count(quick, 30, 150)) + _trap_cases():
+    for c in cases(seed + 2, _count(quick, 60, 300)) + _trap_cases():
         g = c.mdp.gamma
         ev, ev2 = evaluate(c.mdp, c.current), evaluate(c.mdp, c.target)
         h = 1.0 if mutation == "drop_horizon" else 1.0 / (1 - g)
@@ -330,7 +330,7 @@ def chained_occupancy_shift(*, quick: bool = False, seed: int = 0,
     rng = np.random.default_rng([seed, 13])
     T = _Tally()
     used = []
-    pool = [c for c in cases(seed + 3, _count(quick, 36, 160)) if c.n >= 2]
+    pool = [c for c in cases(seed + 3, _count(quick, 60, 300)) if c.n >= 2]
     pool += [c for c in _trap_cases(n_agents=(2, 3))]
     # heterogeneous radii: a large first step and negligible later ones, where the shift
     # seen at step 3 is almost all agent 1's doing (Σ_{k<i}, not the last term, bounds it)
@@ -379,7 +379,7 @@ def factor_lemma(*, quick: bool = False, seed: int = 0,
     rng = np.random.default_rng([seed, 14])
     T = _Tally()
     worst = 0.0
-    for c in cases(seed + 4, _count(quick, 40, 200)):
+    for c in cases(seed + 4, _count(quick, 60, 300)):
         j = int(rng.integers(c.n))
         p2 = c.current.with_factor(j, c.target.factors[j])
         lhs = joint_kl(c.mdp, c.current, p2)
@@ -402,7 +402,7 @@ def factor_lemma(*, quick: bool = False, seed: int = 0,
 
 # ------------------------------------------------------------------ §4 step and stage bounds
 def _step_cases(seed: int, quick: bool) -> list[Case]:
-    return (cases(seed, _count(quick, 40, 200)) + _trap_cases(ts=(0.02, 0.3))
+    return (cases(seed, _count(quick, 80, 300)) + _trap_cases(ts=(0.02, 0.3))
             + [stale_trap_case(g, 1e-6) for g in (0.5, 0.9, 0.95)]
             + list(_tight_cases(quick, seed)))
 
@@ -674,7 +674,7 @@ def joint_stage_bound_all_orders(*, quick: bool = False, seed: int = 0,
     T = _Tally()
     other = {k: 0 for k in ("lower_bound_max", "lower_bound_fnorm", "lower_bound_tv")}
     spread, positive, ladder, share, stale_lin_fail = [], 0, [], [], 0
-    pool = (cases(seed + 6, _count(quick, 20, 100)) + _trap_cases(gammas=(0.9,), ts=(0.02, 0.3))
+    pool = (cases(seed + 6, _count(quick, 30, 120)) + _trap_cases(gammas=(0.9,), ts=(0.02, 0.3))
             + list(_tight_cases(quick, seed)))
     dd_orders = 0
     for c in pool:
@@ -733,7 +733,7 @@ def stale_stage_bound(*, quick: bool = False, seed: int = 0,
     rng = np.random.default_rng([seed, 17])
     T = _Tally()
     gap_vs_comp, lin_fail = [], 0
-    pool = [c for c in cases(seed + 7, _count(quick, 40, 200)) if c.n >= 2]
+    pool = [c for c in cases(seed + 7, _count(quick, 60, 300)) if c.n >= 2]
     pool += _trap_cases(n_agents=(2, 3), ts=(0.02, 0.3))
     pool += list(_tight_cases(quick, seed))  # n = 1: the stale and intermediate forms agree
     for c in pool:
@@ -996,7 +996,7 @@ def plug_and_play_resumability(*, quick: bool = False, seed: int = 0,
     rng = np.random.default_rng([seed, 19])
     T = _Tally()
     shock_direct, shock_aligned, align_kl = [], [], []
-    mdps = random_mdps(seed + 8, _count(quick, 12, 60), max_agents=3, max_states=6)
+    mdps = random_mdps(seed + 8, _count(quick, 16, 60), max_agents=3, max_states=6)
     for k, mdp in enumerate(mdps):
         cur = random_policy(mdp, rng)
         ev = evaluate(mdp, cur)
@@ -1132,7 +1132,7 @@ def certificate_tightening(*, quick: bool = False, seed: int = 0,
     # (b) upgrades of the last agent on MDP stages
     earlier_drop, earlier_total, worst_drop = 0, 0, 0.0
     example = None
-    for c in cases(seed + 9, _count(quick, 20, 100), kinds=("small",)):
+    for c in cases(seed + 9, _count(quick, 40, 200), kinds=("small",)):
         order = _random_order(rng, c.n)
         last = order[-1]
         pre = intermediate_policies(c.current, c.target, order)[-2]
