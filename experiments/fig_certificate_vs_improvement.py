@@ -35,7 +35,7 @@ def run(opts: Options) -> list[Path]:
     paths = [write_csv(df, opts.out, NAME)]
     with paper_style():
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-        for ax, (col, title) in zip(axes, PANELS):
+        for ax, (col, title) in zip(axes, PANELS, strict=True):
             plot_certificate_vs_improvement(df, ax=ax, bound_col=col, title=title)
             ax.title.set_fontsize(10)
         fig.tight_layout()

@@ -39,8 +39,15 @@ if __package__ in (None, ""):  # run as a file: make the `experiments` package i
 import numpy as np
 import pandas as pd
 
-from experiments.common import (MODE_METHOD, OCCUPANCY_MODES, Options, exact_stage,
-                                fit_power_law, parse_options, write_csv)
+from experiments.common import (
+    MODE_METHOD,
+    OCCUPANCY_MODES,
+    Options,
+    exact_stage,
+    fit_power_law,
+    parse_options,
+    write_csv,
+)
 from sat_theory.envs import random_mdp
 from sat_theory.plotting import paper_style, plot_n_scaling, save_figure
 from sat_theory.policy import TeamPolicy, tv_rows

@@ -100,7 +100,7 @@ def run(opts: Options) -> list[Path]:
     k = rs.variants["stronger/direct"]["swap_stage"]
     with paper_style():
         fig, axes = plt.subplots(1, len(KINDS), figsize=(6 * len(KINDS), 4.3), sharey=True)
-        for ax, kind in zip(axes, KINDS):
+        for ax, kind in zip(axes, KINDS, strict=True):
             sel = traj[traj.kind.isin([kind, "none"])]
             plot_plug_and_play(sel, k, ax=ax)
             ax.set_title(f"{kind} replacement of agent 0 before stage {k} ({rs.seeds} seeds)", fontsize=10)

@@ -35,9 +35,15 @@ if __package__ in (None, ""):
 import numpy as np
 import pandas as pd
 
-from experiments.common import Options, exact_stage, fit_power_law, parse_options, write_csv, write_json
+from experiments.common import (
+    Options,
+    exact_stage,
+    fit_power_law,
+    parse_options,
+    write_csv,
+    write_json,
+)
 from sat_theory.envs import random_mdp
-from sat_theory.evaluate import evaluate
 from sat_theory.plotting import paper_style, plot_violation_rate, save_figure
 from sat_theory.policy import TeamPolicy, factor_kl
 
@@ -84,7 +90,7 @@ def simulate(cfg: Config) -> pd.DataFrame:
             cur = start
             for k in range(cfg.stages):
                 tar, cert, evs = exact_stage(mdp, cur, list(range(cfg.n_agents)), delta)
-                for st, fr in zip(cert.steps, violation_fractions(mdp, cert, evs, cur, tar)):
+                for st, fr in zip(cert.steps, violation_fractions(mdp, cert, evs, cur, tar), strict=True):
                     for w, v in fr.items():
                         rows.append(dict(seed=seed, delta=delta, stage=k, agent=st.agent,
                                          weighting=w, value=v, delta_realized=st.delta))

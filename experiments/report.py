@@ -222,7 +222,7 @@ def section_order(out: Path) -> str:
     rel_true_seq = (sq.groupby("instance").true_improvement.agg(lambda v: v.max() - v.min())
                     / sq.groupby("instance").true_improvement.mean().abs())
     g_rank = []
-    for inst, g in ft.groupby("instance"):
+    for _, g in ft.groupby("instance"):
         allp = g[g.order_kind == "all permutations"].lower_bound
         gr = g[g.order_kind == "greedy"].lower_bound
         if len(allp) and len(gr):

@@ -525,8 +525,8 @@ def plot_is_degeneracy(df: pd.DataFrame):
     ess_over_B_sampled, p99. One color per δ, one line style per n."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     deltas = sorted(df.delta.unique())
-    cols = dict(zip(deltas, ["#0072B2", "#E69F00", "#D55E00", "#009E73", "#CC79A7"]))
-    styles = dict(zip(sorted(df.n.unique()), ["-", "--", ":", "-."]))
+    cols = dict(zip(deltas, ["#0072B2", "#E69F00", "#D55E00", "#009E73", "#CC79A7"], strict=False))
+    styles = dict(zip(sorted(df.n.unique()), ["-", "--", ":", "-."], strict=False))
     for (n, delta), g in df.groupby(["n", "delta"]):
         g = g.sort_values("step")
         c, ls = cols[delta], styles[n]

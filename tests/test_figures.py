@@ -65,7 +65,7 @@ def test_stale_stage_final_team_does_not_depend_on_order():
     cur = TeamPolicy.random(mdp, 2)
     a, _, _ = common.exact_stage(mdp, cur, [0, 1, 2], 0.01, "stale")
     b, _, _ = common.exact_stage(mdp, cur, [2, 0, 1], 0.01, "stale")
-    for fa, fb in zip(a.factors, b.factors):
+    for fa, fb in zip(a.factors, b.factors, strict=True):
         np.testing.assert_allclose(fa, fb, rtol=0, atol=1e-12)
 
 
