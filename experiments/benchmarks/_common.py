@@ -49,6 +49,24 @@ def interleaved(cases: dict[str, Callable[[], Callable[[], object]]], repeats: i
     return {k: {"min": min(v), "median": statistics.median(v)} for k, v in times.items()}
 
 
+def blas_threads(n: int | None):
+    """Context: every BLAS library (numpy's and SciPy's OpenBLAS) limited to ``n`` threads;
+    ``None`` leaves the defaults. Needs threadpoolctl for ``n`` not None.
+
+    Why offer it: on a 2-core machine shared with other jobs (load average > 2), OpenBLAS's
+    spinning worker threads get descheduled and a 2-thread LU can take 5-10x its idle time,
+    for every contender alike but not by the same factor. One thread each is the stable
+    comparison under load; BENCHMARKS.md says which setting each table used.
+    """
+    import contextlib
+
+    if n is None:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=n, user_api="blas")
+
+
 def time_once(fn: Callable[[], object]) -> tuple[float, object]:
     """Wall time of one call and its result."""
     t0 = time.perf_counter()

@@ -18,7 +18,7 @@ import os
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from _common import fmt_table, interleaved, machine_info, save_json, target_line
+from _common import blas_threads, fmt_table, interleaved, machine_info, save_json, target_line
 
 from sat_theory import (
     TeamPolicy,
@@ -114,5 +114,8 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small cases")
     ap.add_argument("--out", help="JSON output path (default results/bench_certificate.json)")
+    ap.add_argument("--blas-threads", type=int, default=None,
+                    help="limit every BLAS library to this many threads (default: unchanged)")
     a = ap.parse_args()
-    main(quick=a.quick, out=a.out)
+    with blas_threads(a.blas_threads):
+        main(quick=a.quick, out=a.out)

@@ -34,6 +34,9 @@ def add_arguments(p):
                    help='print {"machine", "benchmarks", "targets"} as one JSON object on stdout')
     p.add_argument("--only", default=None, metavar="NAME[,NAME]",
                    help=f"run only these benchmarks ({', '.join(BENCHES)})")
+    p.add_argument("--blas-threads", type=int, default=None, metavar="N",
+                   help="limit every BLAS library to N threads for the run (needs threadpoolctl); "
+                        "1 is the stable comparison on a loaded machine")
     p.add_argument("--smoke", action="store_true",
                    help="tiny sizes to check that the scripts run (numbers meaningless; "
                         "results go to a temporary folder)")
@@ -62,8 +65,15 @@ def run(args) -> int:
                          "checkout (pip install -e .)")
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
+    common = importlib.import_module("_common")
+    if args.blas_threads is not None and args.blas_threads < 1:
+        raise InputError(f"--blas-threads must be >= 1, got {args.blas_threads}")
+    try:
+        limit = common.blas_threads(args.blas_threads)
+    except ImportError:
+        raise InputError("--blas-threads needs threadpoolctl (pip install threadpoolctl)") from None
     results, targets = {}, []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, limit:
         for name in names:
             mod = importlib.import_module(f"bench_{name}")
             kwargs = {"quick": args.quick, "verbose": not args.json}
@@ -76,7 +86,7 @@ def run(args) -> int:
             targets += [{"benchmark": name, **t} for t in res.get("targets", [])]
             if not args.json:
                 print(flush=True)
-    machine = importlib.import_module("_common").machine_info()
+    machine = common.machine_info()
     if args.json:
         print(dumps({"machine": machine, "benchmarks": results, "targets": targets}))
         return 0
