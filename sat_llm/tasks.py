@@ -19,6 +19,9 @@ with environment feedback (:meth:`Task.feedback`).
   goal arrangement; a plan is lines ``pick up X`` / ``put down X`` / ``stack X on Y`` /
   ``unstack X from Y``; :func:`validate_plan` simulates the four-operator domain (hand empty,
   clear blocks) and the score is 1 when every action is legal and the goal holds at the end.
+- ``copy``: repeat a random ``length``-letter string; partial credit (the fraction of
+  positions that match), so even a random model's scores vary within a group — a sanity
+  task for tiny models and tests.
 - ``jsonl``: the user's own file of ``{"prompt": ..., "answer": ...}`` lines, split into
   train/eval by a seeded shuffle; :func:`math_equal` compares answers (``\\boxed{}``, ``$``,
   commas, fractions and decimals normalised).
@@ -39,7 +42,7 @@ from sat_theory.errors import InputError
 
 __all__ = ["Problem", "Task", "TASKS", "make_task", "validate_plan", "math_equal",
            "extract_answer", "bulls_cows", "ArithmeticTask", "CountdownTask", "GuessTask",
-           "BlocksworldTask", "JsonlTask"]
+           "BlocksworldTask", "CopyTask", "JsonlTask"]
 
 ANSWER_HINT = "End your message with a line 'Answer: <answer>'."
 
@@ -345,6 +348,25 @@ class BlocksworldTask(Task):
         return float(validate_plan(final_message, problem.meta["init"], problem.answer)[0])
 
 
+class CopyTask(Task):
+    """Repeat a random lowercase string; score = matching positions / length."""
+
+    name = "copy"
+
+    def __init__(self, length: int = 4):
+        if length < 1:
+            raise InputError(f"copy length must be >= 1, got {length}")
+        self.length = length
+
+    def _generate(self, rng):
+        word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(self.length))
+        return Problem(f"Repeat exactly: {word}", word)
+
+    def score(self, problem, final_message):
+        text = final_message.strip()
+        return sum(a == b for a, b in zip(text, problem.answer)) / len(problem.answer)
+
+
 # ------------------------------------------------------------------------ user JSONL + math
 
 def _normalize_math(s: str) -> str:
@@ -390,7 +412,7 @@ class JsonlTask(Task):
 
     def __init__(self, path: str | None, eval_fraction: float = 0.2):
         if not path:
-            raise InputError("task 'jsonl' needs --prompts FILE.jsonl")
+            raise InputError("task 'jsonl' needs a prompts file (--jsonl FILE.jsonl)")
         p = Path(path)
         if not p.is_file():
             raise InputError(f"prompts file not found: {path}")
@@ -429,20 +451,18 @@ TASKS = {
     "countdown": "reach a target from given numbers with + - * /",
     "guess": "number guessing with bulls/cows feedback (multi-turn)",
     "blocksworld": "blocksworld plan generation with a plan validator",
+    "copy": "repeat a random string (partial credit; sanity task for tiny models)",
     "jsonl": "your own JSONL of prompt/answer pairs (--prompts), math answer checker",
 }
 
 
 def make_task(name: str, prompts: str | None = None, **kw) -> Task:
-    """The task called ``name`` (see :data:`TASKS`); unknown names -> InputError."""
-    if name == "arithmetic":
-        return ArithmeticTask(**kw)
-    if name == "countdown":
-        return CountdownTask(**kw)
-    if name == "guess":
-        return GuessTask(**kw)
-    if name == "blocksworld":
-        return BlocksworldTask(**kw)
-    if name == "jsonl":
-        return JsonlTask(prompts, **kw)
-    raise InputError(f"unknown task {name!r}: choose one of {', '.join(TASKS)}")
+    """The task called ``name`` (see :data:`TASKS`); unknown names or options -> InputError."""
+    classes = {"arithmetic": ArithmeticTask, "countdown": CountdownTask, "guess": GuessTask,
+               "blocksworld": BlocksworldTask, "copy": CopyTask}
+    if name not in classes and name != "jsonl":
+        raise InputError(f"unknown task {name!r}: choose one of {', '.join(TASKS)}")
+    try:
+        return JsonlTask(prompts, **kw) if name == "jsonl" else classes[name](**kw)
+    except TypeError as e:
+        raise InputError(f"bad option for task {name!r}: {e}") from None

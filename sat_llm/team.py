@@ -80,6 +80,8 @@ class LLMConfig:
     n_eval: int = _f(32, "held-out problems for evaluate()")
     eval_batch: int = _f(32, "episodes generated together in evaluate()")
     seed: int = _f(0, "seed of sampling, problem choice and model init")
+    engine: str = _f("hf", "rollout engine: hf (transformers generate, CPU/GPU) | vllm "
+                     "(multi-LoRA on a GPU; not exercised, see sat_llm.vllm_engine)")
     threads: int = _f(0, "torch CPU threads (0: torch's default; 1 is fastest on a busy machine)")
 
     def __post_init__(self):
@@ -99,6 +101,8 @@ class LLMConfig:
             raise InputError("need lr > 0, grad_clip > 0 and eps_w > 0")
         if not 0 < self.gamma <= 1:
             raise InputError(f"gamma must lie in (0, 1], got {self.gamma}")
+        if self.engine not in ("hf", "vllm"):
+            raise InputError(f"unknown engine {self.engine!r}; choose hf or vllm")
         self.lora_targets = tuple(self.lora_targets)
         self.task_options = dict(self.task_options or {})
 
@@ -179,6 +183,11 @@ class LLMTeam:
         self._init_weights = [self._get_weights(j) for j in range(self.n_agents)]
         self._opt = [self._make_opt(j) for j in range(self.n_agents)]
         self._version = [0] * self.n_agents
+        self._engine = None
+        if cfg.engine == "vllm":
+            from .vllm_engine import VLLMEngine  # lazily: vLLM and a GPU only
+
+            self._engine = VLLMEngine(self)
 
     # ---------------------------------------------------------------- model plumbing
     def _lora_config(self):
@@ -270,9 +279,15 @@ class LLMTeam:
                 msgs, lps = [], []
                 step = cfg.eval_batch if greedy else len(idx)
                 for s in range(0, len(idx), step):
-                    m_, l_ = generate(model, ctxs[s:s + step], max_new_tokens=cfg.max_new_tokens,
-                                      temperature=cfg.temperature, stop_ids=stop,
-                                      pad_id=tok.pad_token_id, greedy=greedy)
+                    if self._engine is not None:  # GPU engine; behaviour log-probs rescored here
+                        m_ = self._engine.generate(j, ctxs[s:s + step], max_new_tokens=cfg.max_new_tokens,
+                                                   temperature=cfg.temperature, stop_ids=stop,
+                                                   greedy=greedy)
+                        l_ = self._score(j, ctxs[s:s + step], m_)
+                    else:
+                        m_, l_ = generate(model, ctxs[s:s + step], max_new_tokens=cfg.max_new_tokens,
+                                          temperature=cfg.temperature, stop_ids=stop,
+                                          pad_id=tok.pad_token_id, greedy=greedy)
                     msgs += m_
                     lps += l_
                 for e, c, m, lp in zip(idx, ctxs, msgs, lps):
@@ -287,6 +302,20 @@ class LLMTeam:
         for e in range(E):
             final = next((txt for who, txt in reversed(history[e]) if who.startswith("agent")), "")
             out.append((turns[e], history[e], self.task.score(problems[e], final)))
+        return out
+
+    @torch.no_grad()
+    def _score(self, agent: int, ctxs, msgs) -> list[np.ndarray]:
+        """Per-token log-probabilities of ``msgs`` under the agent (teacher forcing)."""
+        model = self._activate(agent)
+        out = []
+        for s in range(0, len(ctxs), self.cfg.minibatch):
+            logp, toks, mask = score_logits(model, ctxs[s:s + self.cfg.minibatch],
+                                            msgs[s:s + self.cfg.minibatch],
+                                            pad_id=self.tokenizer(agent).pad_token_id,
+                                            temperature=self.cfg.temperature)
+            tl = message_logprobs(logp, toks, mask).double().numpy()
+            out += [tl[b, :len(m)] for b, m in enumerate(msgs[s:s + self.cfg.minibatch])]
         return out
 
     def rollout(self, n_groups: int, group_size: int) -> Batch:

@@ -1,0 +1,107 @@
+"""Task generators and verifiers of ``sat_llm.tasks`` (pure Python: no torch needed)."""
+
+import json
+
+import pytest
+
+from sat_llm.tasks import (bulls_cows, extract_answer, make_task, math_equal, validate_plan)
+from sat_theory.errors import InputError
+
+
+@pytest.mark.parametrize("name", ["arithmetic", "countdown", "guess", "blocksworld", "copy"])
+def test_splits_are_seeded_and_disjoint(name):
+    t = make_task(name)
+    train, ev = t.problems("train", 40, seed=3), t.problems("eval", 20, seed=3)
+    assert [p.prompt for p in train] == [p.prompt for p in make_task(name).problems("train", 40, seed=3)]
+    assert not {p.prompt for p in train} & {p.prompt for p in ev}
+    assert len({p.prompt for p in train}) == 40
+
+
+def test_arithmetic_scores_the_last_integer_of_the_answer_line():
+    t = make_task("arithmetic")
+    p = t.problems("train", 1)[0]
+    assert t.score(p, f"I think 3.\nAnswer: {p.answer}") == 1.0
+    assert t.score(p, f"Answer: {p.answer + 1}") == 0.0
+    assert t.score(p, "no number") == 0.0
+
+
+def test_countdown_verifier_exact_rationals_and_number_use():
+    t = make_task("countdown")
+    p = t.problems("train", 1)[0]
+    p.meta["numbers"], p.answer = [3, 4, 6], 2
+    assert t.score(p, "Answer: (3 + 6) / 4 - 1/4") == 0.0  # 1 and the second 4 are not given
+    assert t.score(p, "Answer: 6 / 3") == 1.0  # at most once each: unused numbers are fine
+    assert t.score(p, "Answer: 6/3 = 2") == 1.0
+    assert t.score(p, "Answer: 3 * 4 / 6") == 1.0
+    assert t.score(p, "Answer: 6 / (4 - 4)") == 0.0  # reuses 4 (and divides by zero)
+    assert t.score(p, "Answer: __import__('os')") == 0.0
+
+
+def test_countdown_targets_are_reachable():
+    t = make_task("countdown")
+    for p in t.problems("train", 30, seed=1):
+        assert 0 < p.answer <= 1000 and len(p.meta["numbers"]) == 3
+
+
+def test_guess_feedback_and_score():
+    assert bulls_cows("123", "132") == (1, 2)
+    assert bulls_cows("123", "456") == (0, 0)
+    t = make_task("guess")
+    p = t.problems("train", 1)[0]
+    fb, done = t.feedback(p, "Guess: " + p.answer)
+    assert done and "correct" in fb and t.score(p, "Guess: " + p.answer) == 1.0
+    wrong = "".join(sorted(set("0123456789") - set(p.answer))[:3])
+    fb, done = t.feedback(p, f"Guess: {wrong}")
+    assert not done and fb.endswith("0 bulls, 0 cows.")
+
+
+def test_blocksworld_validator():
+    init = {"a": "table", "b": "a", "c": "table"}
+    goal = {"a": "b", "b": "c"}
+    ok_plan = "1. unstack b from a\n2. stack b on c\n3. pick up a\n4. stack a on b"
+    assert validate_plan(ok_plan, init, goal) == (True, "goal reached")
+    assert not validate_plan("pick up a", init, goal)[0]  # a is not clear (b is on it)
+    assert not validate_plan("unstack b from a\nstack b on c", init, goal)[0]  # goal not reached
+    assert not validate_plan("unstack b from a", init, {"b": "table"})[0]  # still holding b
+    t = make_task("blocksworld")
+    p = t.problems("train", 1)[0]
+    assert t.score(p, "") == 0.0
+
+
+def test_math_equal_and_extract_answer():
+    assert math_equal("\\boxed{\\frac{1}{2}}", "0.5")
+    assert math_equal("1,000", "1000") and math_equal("$12$", "12")
+    assert not math_equal("1/3", "0.33")
+    assert math_equal("x+1", "X+1") and not math_equal("", "")
+    assert extract_answer("blah\nAnswer: 42\n") == "42"
+    assert extract_answer("just 7") == "just 7"
+
+
+def test_jsonl_task(tmp_path):
+    f = tmp_path / "d.jsonl"
+    f.write_text("\n".join(json.dumps({"prompt": f"q{i}", "answer": str(i)}) for i in range(10)))
+    t = make_task("jsonl", str(f))
+    tr, ev = t.problems("train", 100), t.problems("eval", 100)
+    assert len(tr) == 8 and len(ev) == 2 and not {p.prompt for p in tr} & {p.prompt for p in ev}
+    assert t.score(ev[0], f"Answer: {ev[0].answer}") == 1.0
+
+
+@pytest.mark.parametrize("content, msg", [
+    ('{"prompt": "a", "answer": 1}\n{"prompt": ', "malformed JSON"),
+    ('{"prompt": "a"}\n{"prompt": "b", "answer": 2}', "'prompt' and 'answer'"),
+    ('{"prompt": "a", "answer": 1}', "at least 2"),
+])
+def test_jsonl_bad_input(tmp_path, content, msg):
+    f = tmp_path / "bad.jsonl"
+    f.write_text(content)
+    with pytest.raises(InputError, match=msg):
+        make_task("jsonl", str(f))
+
+
+def test_unknown_task_and_bad_options():
+    with pytest.raises(InputError, match="unknown task"):
+        make_task("chess")
+    with pytest.raises(InputError, match="bad option"):
+        make_task("copy", colour=1)
+    with pytest.raises(InputError, match="needs a prompts file"):
+        make_task("jsonl")
