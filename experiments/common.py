@@ -113,7 +113,8 @@ def tr_factor_step(mdp: FactorizedMDP, policy: TeamPolicy, A: np.ndarray, d: np.
     ``∝ π^(j) exp(η A_j)`` with ``E_{s∼d} KL_s(π^(j)‖·) = δ``.
 
     ``A`` is the (S, K) joint advantage of ``policy``; ``A_j`` marginalizes the other agents
-    under ``policy``. If even ``η → ∞`` stays below ``δ`` the largest tried step is returned.
+    under ``policy``. The result's expected KL is finite and ``≤ δ`` (equal up to the bisection
+    tolerance). If even ``η → ∞`` stays below ``δ`` the largest tried step is returned.
     """
     pi = policy.factors[j]
     Aj = marginal_advantage(mdp, policy, A, j)
@@ -134,7 +135,9 @@ def tr_factor_step(mdp: FactorizedMDP, policy: TeamPolicy, A: np.ndarray, d: np.
             lo = mid
         else:
             hi = mid
-    return _tilt(pi, Aj, 0.5 * (lo + hi))
+    # return the lower end: its KL is finite and ≤ δ (at the upper end a probability can
+    # underflow to 0 and make the KL jump to +∞)
+    return _tilt(pi, Aj, lo)
 
 
 def exact_stage(mdp: FactorizedMDP, current: TeamPolicy, order, delta: float | list[float],

@@ -137,8 +137,9 @@ def section_n_scaling(out: Path) -> str:
         verdicts.append(
             f"- {lay}, error of the optimized surrogate against the true gain: naive α = {a_n:.2f}, "
             f"SAT α = {a_s:.2f}. "
-            + ("Here the methods do separate, as the theory says: stale occupancy adds the chained "
-               "shift Σ_{k<i} to every step's error." if a_n - a_s >= 0.25 else
+            + (f"Here the methods separate: naive's exponent exceeds SAT's by {a_n - a_s:.2f}, the "
+               "direction the theory predicts (stale occupancy adds the chained shift Σ_{k<i} to "
+               "every step's error)." if a_n - a_s >= 0.25 else
                "The methods do not separate by ≥ 0.25 in this measure either.")
             + f" Penalty exponents: naive {ex.get((lay, 'naive', 'penalty'), math.nan):.2f}, "
             f"SAT {ex.get((lay, 'sat', 'penalty'), math.nan):.2f} (c also varies with A_max across n).")
@@ -168,7 +169,7 @@ def section_violation(out: Path) -> str:
     s.append("\n**Agreement.** " + (
         f"Agrees: the fitted exponent {a:.2f} is within 0.15 of 0.5." if agree else
         f"Disagrees: the fitted exponent is {a:.2f}, not 0.5. In the exact tabular world the "
-        "rate is nearly flat in δ. The reason is scale invariance: to first order the step has "
+        "rate is nearly flat in δ" + (" (slightly decreasing)" if a < 0 else "") + ". The reason is scale invariance: to first order the step has "
         "KL_s ≈ ½η²·Var_{π(·|s)}A_j(s,·) and fixing E_d KL_s = δ fixes η² ∝ δ, so KL_s/δ does not "
         "depend on δ and the fraction of states above δ tends to a constant as δ → 0; it grows "
         "only where steps leave the quadratic regime. A √δ law needs something else to change "
@@ -322,7 +323,16 @@ def section_training(out: Path) -> str:
         f"SAT ends {'above' if sat['mean'] > nai['mean'] else 'below'} naive sequential "
         f"({sat['mean']:.3f} vs {nai['mean']:.3f}; difference {sat['mean'] - nai['mean']:+.3f}, "
         f"seed std {sat['std']:.3f} / {nai['std']:.3f}). " if sat is not None and nai is not None else ""))
-    if sat is not None and nai is not None and sat["mean"] <= nai["mean"]:
+    if sat is not None and nai is not None and abs(sat["mean"] - nai["mean"]) < max(sat["std"], nai["std"]):
+        # rule: a difference smaller than the larger seed std is not a difference
+        verdict += ("The two are indistinguishable within seed noise, so the paper's clear "
+                    "separation is not reproduced: at a matched budget SAT draws a third of the "
+                    "episodes per update (it resamples before each of the 3 updates), so its "
+                    "updates are noisier, while the stale batch's bias is small at δ = 0.01 (see the "
+                    "stale-gap section). The stale-occupancy failure the paper describes needs larger "
+                    "drift (more agents, larger steps, or structured MDPs such as the verify suite's "
+                    "naive_reuse counterexample). ")
+    elif sat is not None and nai is not None and sat["mean"] <= nai["mean"]:
         verdict += ("Disagrees with the paper here: at a matched budget SAT draws a third of the "
                     "episodes per update (it resamples before each of the 3 updates), so its "
                     "updates are noisier, while the stale batch's bias is small at δ = 0.01 — "

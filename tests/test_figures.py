@@ -59,6 +59,17 @@ def test_tr_step_hits_the_radius(layout):
     assert float(ev.d @ factor_kl(mdp, pol.factors[1], new, 1)) == pytest.approx(0.02, rel=1e-6)
 
 
+@pytest.mark.parametrize("delta", [1e-6, 0.3, 50.0])
+def test_tr_step_kl_is_finite_and_within_radius(delta):
+    # tiny advantages force huge η; the step must never return an infinite or too-large KL
+    mdp = random_mdp(8, 2, 3, layout="turn", seed=4)
+    pol = TeamPolicy.random(mdp, 0, temperature=4.0)
+    ev = evaluate(mdp, pol)
+    new = common.tr_factor_step(mdp, pol, ev.A * 1e-6, ev.d, 0, delta)
+    kl = float(ev.d @ factor_kl(mdp, pol.factors[0], new, 0))
+    assert np.isfinite(kl) and kl <= delta * (1 + 1e-9)
+
+
 def test_stale_stage_final_team_does_not_depend_on_order():
     # every stale target is computed at π̂^0, so the final team is the same for any order
     mdp = random_mdp(9, 3, 3, layout="turn", seed=5)
