@@ -951,7 +951,7 @@ def naive_reuse_counterexample(*, quick: bool = False, seed: int = 0,
     if os.path.exists(path):
         found.append(("saved", load_naive_reuse(path)))
     if not quick or not found:
-        r = find_naive_reuse(seed, tries=120 if quick else 600)
+        r = find_naive_reuse(seed, tries=600)
         if r is not None:
             found.append(("search", r[:5]))
     for src, (mdp, cur, naive, seq, order) in found:
