@@ -19,8 +19,7 @@ import argparse
 import json
 import os
 
-from sat_theory.verify.bounds import (optimize_tight_case, penalty_share, save_case,
-                                      tight_case_path)
+from sat_theory.verify.bounds import optimize_tight_case, penalty_share, save_case, tight_case_path
 
 
 def main(argv=None) -> int:
