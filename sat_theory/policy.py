@@ -139,7 +139,8 @@ def kl_rows(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     q = np.asarray(q, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         terms = np.where(p > 0, p * (np.log(p) - np.log(q)), 0.0)
-    return terms.sum(axis=-1)
+    # KL ≥ 0 (Gibbs); nearly equal rows otherwise sum to ~−1e-16, and √δ of that fails
+    return np.maximum(terms.sum(axis=-1), 0.0)
 
 
 def tv_rows(p: np.ndarray, q: np.ndarray) -> np.ndarray:
