@@ -138,3 +138,16 @@ def test_naive_reuse_counterexample_saved_and_exact():
     assert not cert.violated  # the (stale) certificates themselves still hold: they are negative
     assert cert.lower_bound_stale < cert.true_improvement
     assert float(factor_kl(mdp, cur.factors[0], naive.factors[0], 0).max()) > 0
+
+
+def test_certificate_with_nearly_unchanged_target():
+    """Regression: KL of nearly equal rows summed to ~−1e-16 and √δ raised ValueError."""
+    from scipy.special import softmax
+
+    mdp = random_mdps(0, 1, layouts=("simultaneous",))[0]
+    rng = np.random.default_rng(0)
+    z = [rng.normal(size=(mdp.n_states, a)) for a in mdp.action_counts]
+    cur = type(random_policy(mdp, 0))(tuple(softmax(x, axis=1) for x in z))
+    tar = type(cur)(tuple(softmax(x + 1e-9 * rng.normal(size=x.shape), axis=1) for x in z))
+    cert = stage_certificate(mdp, cur, tar, tuple(range(mdp.n_agents)))
+    assert all(s.delta >= 0 for s in cert.steps)
