@@ -562,13 +562,17 @@ def timing_section(out: Path) -> str:
     t = json.loads(p.read_text())
     rows = [dict(study=k, seconds=v["seconds"], mode="quick" if v.get("quick") else "full",
                  seeds=v.get("seeds") or "default") for k, v in sorted(t.get("studies", {}).items())]
-    total = sum(r["seconds"] for r in rows)
     last = t.get("last_invocation", {})
-    return ("## Run time\n\n" + md_table(pd.DataFrame(rows), "{:.1f}") +
-            f"\n\nSum over studies: {total:.0f} s ({total / 60:.1f} min). Last `sat figures` call: "
-            f"{last.get('seconds', math.nan):.0f} s for {len(last.get('studies', []))} studies "
-            f"({'quick' if last.get('quick') else 'full'} settings), on a 2-core machine shared with "
-            "other jobs.\n")
+    full = t.get("complete_run")
+    head = (f"Complete `sat figures` run ({len(full['studies'])} studies, "
+            f"{'quick' if full.get('quick') else 'full'} settings): **{full['seconds']:.0f} s "
+            f"({full['seconds'] / 60:.1f} min)** wall time, on a 2-core machine shared with other jobs.\n\n"
+            if full else "No complete run of every study was recorded in this folder.\n\n")
+    return ("## Run time\n\n" + head + "Per study, from its latest run (a training-based study "
+            "that found its runs already trained shows only its plotting time; the first study of "
+            "a run set pays for the training):\n\n" + md_table(pd.DataFrame(rows), "{:.1f}") +
+            f"\n\nLast `sat figures` call: {last.get('seconds', math.nan):.0f} s for "
+            f"{len(last.get('studies', []))} studies.\n")
 
 
 def write_report(out: Path | str) -> Path:

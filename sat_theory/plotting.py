@@ -197,13 +197,21 @@ def _methods_in(df: pd.DataFrame) -> list[str]:
     return sorted(ms, key=lambda m: (order.index(m) if m in order else len(order), str(m)))
 
 
-def _mean_std(ax, x, Y, color, label, marker=None):
-    """Mean line with a ±1 std band over the rows of Y (seeds × points)."""
+def _mean_std(ax, x, Y, color, label, marker=None, geometric: bool = False):
+    """Mean line with a ±1 std band over the rows of Y (seeds × points). ``geometric``: the
+    geometric mean with a ×/÷ geometric-std band (for positive data on a log axis, where an
+    arithmetic band would cross zero)."""
     Y = np.atleast_2d(np.asarray(Y, float))
-    m = np.nanmean(Y, axis=0)
-    s = np.nanstd(Y, axis=0) if Y.shape[0] > 1 else np.zeros_like(m)
-    ax.plot(x, m, color=color, label=label, marker=marker, ms=4)
-    ax.fill_between(x, m - s, m + s, color=color, alpha=0.18, lw=0)
+    if geometric:
+        L = np.log(np.maximum(Y, 1e-300))
+        m, s = np.nanmean(L, axis=0), (np.nanstd(L, axis=0) if Y.shape[0] > 1 else 0.0 * L[0])
+        lo, mid, hi = np.exp(m - s), np.exp(m), np.exp(m + s)
+    else:
+        mid = np.nanmean(Y, axis=0)
+        s = np.nanstd(Y, axis=0) if Y.shape[0] > 1 else np.zeros_like(mid)
+        lo, hi = mid - s, mid + s
+    ax.plot(x, mid, color=color, label=label, marker=marker, ms=4)
+    ax.fill_between(x, lo, hi, color=color, alpha=0.18, lw=0)
 
 
 # ------------------------------------------------------------------ run-log figures
@@ -217,6 +225,7 @@ def plot_training_curves(stages: pd.DataFrame, *, x: str = "stage", ax=None,
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(6, 4))
+    drawn: dict[str, np.ndarray] = {}
     for m in _methods_in(stages):
         d = stages[stages.method == m]
         curves = []
@@ -227,8 +236,13 @@ def plot_training_curves(stages: pd.DataFrame, *, x: str = "stage", ax=None,
             curves.append((xs, ys))
         L = min(len(c[1]) for c in curves)
         xs = curves[0][0][:L]
-        _mean_std(ax, xs, [c[1][:L] for c in curves], method_color(m),
-                  f"{method_label(m)} (n={len(curves)})")
+        mean = np.mean([c[1][:L] for c in curves], axis=0)
+        same = [k for k, v in drawn.items() if v.shape == mean.shape and np.array_equal(v, mean)]
+        label = f"{method_label(m)} (n={len(curves)})" + (f", identical to {same[0]}" if same else "")
+        _mean_std(ax, xs, [c[1][:L] for c in curves], method_color(m), label)
+        if same:  # an identical curve would hide under the first one: draw it dashed on top
+            ax.lines[-1].set_linestyle((0, (4, 3)))
+        drawn[method_label(m)] = mean
     ax.set_xlabel("stage" if x == "stage" else x.replace("_", " "))
     ax.set_ylabel(ylabel)
     ax.legend(frameon=False)
@@ -356,7 +370,7 @@ def plot_stale_gap(steps: pd.DataFrame, *, within: tuple[int, ...] = (2, 3), ax=
                    value: str | None = None, ylabel: str = "|L̂_stale − L̂_inter|  (return units)",
                    title: str | None = None):
     """TeamTR Fig. 2: a per-step gap per stage for within-stage steps ``i`` in ``within``
-    (1-based), per method, mean ± std over seeds. ``value``: the column to draw (default
+    (1-based), per method; geometric mean ×/÷ geometric std over seeds (log axis). ``value``: the column to draw (default
     ``|L_stale − L_seq|`` computed from the exact columns)."""
     fig = None
     if ax is None:
@@ -373,7 +387,7 @@ def plot_stale_gap(steps: pd.DataFrame, *, within: tuple[int, ...] = (2, 3), ax=
                 continue
             piv = d.pivot_table(index="seed", columns="stage", values=value)
             _mean_std(ax, piv.columns.to_numpy(), piv.to_numpy(), method_color(m),
-                      f"{method_label(m)}, i={i}")
+                      f"{method_label(m)}, i={i}", geometric=True)
             ax.lines[-1].set_linestyle(styles[k % len(styles)])
     ax.set_yscale("log")
     ax.set_xlabel("stage")
