@@ -17,6 +17,13 @@ Checks: performance_difference, occupancy_shift_max, occupancy_shift_expected,
 chained_occupancy_shift, factor_lemma, single_step_bound, single_step_bound_max_kl,
 joint_stage_bound_all_orders, stale_stage_bound, naive_reuse_counterexample,
 plug_and_play_resumability, certificate_tightening.
+
+Besides the random cases of :mod:`.cases`, the checks use hand-built extremal MDPs (the trap
+and stale-trap cases) and saved cases from package data ``sat_theory/data/``:
+``naive_reuse.npz`` (the naive-reuse counterexample, also ``named_mdp("naive_reuse")``) and
+``tight_step_{expected,max}.npz`` (one-agent steps found by :func:`optimize_tight_case` that
+use up to 75% of the single-step penalty, so halving the constant is caught). The scripts
+that regenerate them live in ``experiments/counterexamples/``.
 """
 
 from __future__ import annotations
@@ -58,7 +65,8 @@ from .cases import (
 )
 
 __all__ = ["find_naive_reuse", "verify_naive_reuse", "naive_reuse_path", "load_naive_reuse",
-           "stage_lower_bound"]
+           "save_naive_reuse", "stage_lower_bound", "greedy_order", "earlier_upgrade",
+           "optimize_tight_case", "penalty_share", "tight_case_path", "save_case", "load_case"]
 
 SQ2 = math.sqrt(2.0)
 

@@ -7,8 +7,9 @@ team policy ``π_cur`` and a per-agent target ``π_tar`` (the stage of THEORY §
 MDPs (:func:`random_mdps`): random factored (every agent active), masked (random non-empty
 active sets) and turn-taking MDPs from :func:`sat_theory.envs.random_mdp`, with ``S`` in 2..8,
 ``n`` in 1..4 agents, 2..3 actions and ``γ`` drawn from :data:`GAMMAS` (which includes 0.99,
-where the ``1/(1−γ)²`` constants are largest), plus hand-built extremal MDPs
-(:func:`trap_mdp`) on which the occupancy-shift inequalities are nearly tight.
+where the ``1/(1−γ)²`` constants are largest), plus hand-built extremal cases:
+:func:`trap_mdp` (occupancy-shift inequalities nearly tight) and :func:`stale_trap_case`
+(the stage-start occupancy misjudges a single step).
 
 Targets (all built from the current policy's logits ``z_cur = log π_cur``):
 
