@@ -85,7 +85,7 @@ def main(argv=None) -> int:
 
     from sat_theory.algorithm import TrainConfig
     from sat_llm.team import LLMConfig, LLMTeam
-    from sat_llm.train import Runner, _versions
+    from sat_llm.train import Runner, write_run_config
 
     out = Path(cfg.out)
     run_dir = out / "run"
@@ -100,9 +100,7 @@ def main(argv=None) -> int:
                       group_size=cfg.group_size, seed=cfg.seed)
     team = LLMTeam(llm)
     runner = Runner(team, alg, run_dir)
-    runner.writer.write_config(dict(algorithm=alg.to_dict(),
-                                    backend=dict(backend="llm", llm=llm.to_dict(), versions=_versions()),
-                                    experiment=asdict(cfg)))
+    write_run_config(runner, alg, llm, experiment=asdict(cfg))
     summary = runner.run()
     (run_dir / "checkpoint.pt").unlink(missing_ok=True)  # 2 MB of adapters; not needed in git
     summary.update(untrained_accuracy=summary.pop("J_start"), trained_accuracy=summary.pop("J_end"),

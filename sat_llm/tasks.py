@@ -456,13 +456,31 @@ TASKS = {
 }
 
 
+def _import_task(spec: str, kw: dict) -> Task:
+    """``package.module:ClassName`` -> an instance of that :class:`Task` subclass."""
+    import importlib
+
+    mod_name, _, cls_name = spec.partition(":")
+    try:
+        cls = getattr(importlib.import_module(mod_name), cls_name)
+    except (ImportError, AttributeError, ValueError):
+        raise InputError(f"cannot import task class {spec!r}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise InputError(f"{spec!r} is not a sat_llm.tasks.Task subclass")
+    return cls(**kw)
+
+
 def make_task(name: str, prompts: str | None = None, **kw) -> Task:
-    """The task called ``name`` (see :data:`TASKS`); unknown names or options -> InputError."""
+    """The task called ``name`` (see :data:`TASKS`), or a user's ``package.module:Class``
+    (a :class:`Task` subclass); unknown names or options -> InputError."""
     classes = {"arithmetic": ArithmeticTask, "countdown": CountdownTask, "guess": GuessTask,
                "blocksworld": BlocksworldTask, "copy": CopyTask}
-    if name not in classes and name != "jsonl":
-        raise InputError(f"unknown task {name!r}: choose one of {', '.join(TASKS)}")
+    if name not in classes and name != "jsonl" and ":" not in name:
+        raise InputError(f"unknown task {name!r}: choose one of {', '.join(TASKS)} "
+                         "(or package.module:TaskClass)")
     try:
+        if ":" in name:
+            return _import_task(name, kw)
         return JsonlTask(prompts, **kw) if name == "jsonl" else classes[name](**kw)
     except TypeError as e:
         raise InputError(f"bad option for task {name!r}: {e}") from None

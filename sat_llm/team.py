@@ -401,6 +401,13 @@ class LLMTeam:
             return {"opt_steps": 0}
         if advantages is None or len(advantages) != M:
             raise ValueError(f"need one advantage per turn of agent {agent} ({M})")
+        if not np.any(advantages) and self._version[agent] == reference.version:
+            # The objective −L^clip + β·KL has exactly zero gradient here (w ≡ 1 and the KL
+            # is at its minimum); Adam would blow float noise (~1e-9) up to full-size steps.
+            info = dict(opt_steps=0, loss=0.0, kl_train=0.0, surrogate_clip=0.0, grad_norm=0.0,
+                        lr=self.cfg.lr * float(step_scale))
+            self.last_update[agent] = info
+            return info
         refs = self._ref_logps(agent, batch, reference, ctxs, msgs)
         opt = self._opt[agent]
         for g in opt.param_groups:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from sat_theory.errors import InputError
 
-__all__ = ["run_train", "build_llm_config", "Runner"]
+__all__ = ["run_train", "build_llm_config", "Runner", "write_run_config", "resume_run"]
 
 
 def _versions() -> dict:
@@ -185,6 +185,13 @@ class Runner:
                     rejected_steps=sum(s["rejected_steps"] for s in stages))
 
 
+def write_run_config(runner: Runner, cfg, llm_cfg, **extra) -> None:
+    """``config.json`` of an LLM run (what ``--resume`` rebuilds the run from)."""
+    runner.writer.write_config(dict(algorithm=cfg.to_dict(),
+                                    backend=dict(backend="llm", llm=llm_cfg.to_dict(),
+                                                 versions=_versions()), **extra))
+
+
 def _check_out(out) -> Path:
     if out is None:
         raise InputError("--out DIR is required")
@@ -207,19 +214,23 @@ def run_train(args) -> int:
 
     team = LLMTeam(llm_cfg)
     runner = Runner(team, cfg, out, progress=not args.quiet)
-    runner.writer.write_config(dict(algorithm=cfg.to_dict(),
-                                    backend=dict(backend="llm", llm=llm_cfg.to_dict(),
-                                                 versions=_versions())))
+    write_run_config(runner, cfg, llm_cfg)
     return _finish(runner.run(), cfg, out)
 
 
 def _resume(args) -> int:
+    summary, cfg, out = resume_run(args.resume, progress=not getattr(args, "quiet", False))
+    return _finish(summary, cfg, out)
+
+
+def resume_run(run_dir, *, progress: bool = True):
+    """Continue the run in ``run_dir`` from its checkpoint; ``(summary, TrainConfig, dir)``."""
     from sat_theory.algorithm import RunState, TrainConfig
 
     from .checkpoint import load_checkpoint, truncate_metrics
     from .team import LLMConfig, LLMTeam
 
-    out = Path(args.resume)
+    out = Path(run_dir)
     cfg_path = out / "config.json"
     if not cfg_path.is_file():
         raise InputError(f"no run to resume in {out} (config.json missing)")
@@ -233,8 +244,8 @@ def _resume(args) -> int:
     state = RunState.from_dict(ck["run_state"])
     truncate_metrics(out, ck["n_records"])
     runner = Runner(team, cfg, out, state=state, append=True, n_records=ck["n_records"],
-                    progress=not getattr(args, "quiet", False))
-    return _finish(runner.run(resume=ck), cfg, out)
+                    progress=progress)
+    return runner.run(resume=ck), cfg, out
 
 
 def _finish(summary: dict, cfg, out) -> int:

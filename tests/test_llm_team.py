@@ -1,0 +1,191 @@
+"""``LLMTeam`` driven by the shared algorithm, on the tiny random model (CPU, seconds).
+
+The task (:class:`LowercaseTask`, loaded through ``make_task``'s ``module:Class`` form) scores
+the fraction of lowercase letters in the final message, so even a random character model's
+scores vary inside a group and the advantages — hence the updates — are not zero.
+"""
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from sat_llm.align import stage0_align  # noqa: E402
+from sat_llm.team import LLMConfig, LLMTeam  # noqa: E402
+from sat_llm.train import Runner, resume_run, write_run_config  # noqa: E402
+from sat_llm.tasks import Problem, Task  # noqa: E402
+from sat_theory.algorithm import RunState, TrainConfig, run_stage  # noqa: E402
+
+torch.set_num_threads(1)  # tiny tensors: threads only add contention on a busy 2-core box
+
+
+class LowercaseTask(Task):
+    """Score: the fraction of lowercase letters in the final message."""
+
+    name = "lowercase"
+
+    def _generate(self, rng):
+        return Problem(f"Write lowercase letters. #{rng.randrange(10**6)}", None)
+
+    def score(self, problem, final_message):
+        return sum(c.islower() for c in final_message) / max(len(final_message), 1)
+
+
+def make_team(agents=2, **kw):
+    base = dict(model="tiny-random", task=f"{__name__}:LowercaseTask", agents=agents, max_new_tokens=4, n_train=16,
+                n_eval=2, minibatch=8, lr=1e-2, seed=0, threads=1)
+    base.update(kw)
+    return LLMTeam(LLMConfig(**base))
+
+
+def _weights(team, j):
+    return {k: v.clone() for k, v in team._get_weights(j).items()}
+
+
+def _same(a, b):
+    return all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _base_params(team):
+    return {k: p.detach().clone() for k, p in team._model(0).named_parameters() if "lora_" not in k}
+
+
+def test_only_the_updated_agents_adapter_changes():
+    team = make_team(agents=3)
+    batch = team.rollout(2, 2)
+    before = [_weights(team, j) for j in range(3)]
+    base = _base_params(team)
+    M = len(batch.turns_of(1))
+    adv = np.linspace(-1, 1, M)
+    info = team.update(1, batch, adv, 0.1, team.snapshot(1))
+    assert info["opt_steps"] >= 1
+    assert not _same(before[1], _weights(team, 1))
+    assert _same(before[0], _weights(team, 0)) and _same(before[2], _weights(team, 2))
+    after_base = _base_params(team)
+    assert all(torch.equal(base[k], after_base[k]) for k in base)
+
+
+def test_snapshot_restore_round_trip_with_optimizer_state():
+    team = make_team()
+    batch = team.rollout(2, 2)
+    snap0 = team.snapshot(0)  # the behaviour policy of the batch
+    adv = np.linspace(-1, 1, len(batch.turns_of(0)))
+    team.update(0, batch, adv, 0.1, snap0)  # optimizer state exists now
+    snap = team.snapshot(0)
+    w, opt = _weights(team, 0), copy.deepcopy(team._opt[0].state_dict())
+    team.update(0, batch, adv, 0.1, snap)
+    assert team.kl(0, batch, snap)["kl"] > 0
+    team.restore(0, snap)
+    assert _same(w, _weights(team, 0))
+    st = team._opt[0].state_dict()["state"]
+    assert all(torch.equal(st[k]["exp_avg"], opt["state"][k]["exp_avg"]) for k in st)
+    team.restore(0, snap0)
+    r = team.kl(0, batch, snap0)
+    assert r["kl"] == 0 and r["kl_sampled"] == 0
+    # the generation-time behaviour log-probs equal teacher-forced scoring (left vs right padding)
+    assert np.allclose(r["logp"], [t.logp for _, t in batch.turns_of(0)], atol=1e-4)
+
+
+def _stage(method, agents=3, **kw):
+    team = make_team(agents=agents)
+    cfg = TrainConfig(method=method, stages=1, n_groups=2, group_size=2, **kw)
+    state = RunState.initial(cfg, agents)
+    steps = []
+    rec = run_stage(team, cfg, state, log=lambda r: steps.append(r) if r["kind"] == "step" else None)
+    return team, steps, rec
+
+
+def test_fresh_batch_per_agent_update_in_sat_mode():
+    _, steps, _ = _stage("sat")
+    ids = [s["rollout_id"] for s in steps]
+    assert len(ids) == 3 and len(set(ids)) == 3
+
+
+def test_one_batch_per_stage_in_naive_mode():
+    _, steps, rec = _stage("naive")
+    assert len({s["rollout_id"] for s in steps}) == 1 and rec["rollouts"] == 1
+
+
+def test_trust_region_holds_or_step_is_rejected():
+    # a learning rate far too large for δ: the first try leaves the region, backtracking
+    # (β×2, step×½ per retry) must bring the step back inside or the step is rejected
+    team = make_team(agents=2, lr=0.3)
+    start = [_weights(team, j) for j in range(2)]
+    cfg = TrainConfig(method="sat", stages=1, n_groups=2, group_size=2, delta=1e-3,
+                      max_backtracks=2, on_violation="reject")
+    state = RunState.initial(cfg, 2)
+    steps = []
+    run_stage(team, cfg, state, log=lambda r: steps.append(r) if r["kind"] == "step" else None)
+    assert any(s["backtracks"] > 0 for s in steps)  # the region was actually tested
+    for s in steps:
+        assert s["kl"] <= s["delta_i"] or s["rejected"]
+        if s["rejected"]:
+            assert _same(start[s["agent"]], _weights(team, s["agent"])) and s["kl"] == 0
+
+
+def test_stage0_alignment_moves_the_new_agent_toward_the_old_one():
+    team = make_team(agents=2, lr=3e-3)
+    old = _weights(team, 0)
+    new = team.new_agent(0, "random", seed=1)
+    aligned, info = stage0_align(team, 0, new, 5e-4, "distill", probe_groups=2,
+                                 probe_group_size=2, max_steps=8)
+    # stopped as soon as the exact token KL on the probe set was <= delta_align
+    assert info["kl_start"] > 5e-4 >= info["kl_end"] and info["reached"] and info["steps"] < 8
+    assert _same(old, _weights(team, 0))  # the team is untouched until the swap
+    team.replace(0, aligned)
+    assert _same(aligned.weights, _weights(team, 0))
+    with pytest.raises(Exception, match="tabular-only"):
+        stage0_align(team, 0, new, 0.1, "project")
+
+
+_KEYS = ("stage", "step", "agent", "rollout_id", "kl", "kl_sampled", "kl_max", "beta",
+         "reward_mean", "surrogate", "rejected", "backtracks", "loss", "J_before", "J_after")
+
+
+def _records(path):
+    return [{k: r.get(k) for k in _KEYS} | {"kind": r["kind"]}
+            for r in map(json.loads, (path / "metrics.jsonl").read_text().splitlines())]
+
+
+class _Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("method", ["sat", "naive"])
+def test_resume_after_crash_reproduces_the_uninterrupted_run(tmp_path, monkeypatch, method):
+    cfg = TrainConfig(method=method, stages=2, n_groups=2, group_size=2, delta=0.5)
+
+    def start(d):
+        team = make_team(agents=2)
+        runner = Runner(team, cfg, d, progress=False)
+        write_run_config(runner, cfg, team.cfg)
+        return runner
+
+    full = tmp_path / "full"
+    start(full).run()
+    crashed = tmp_path / "crashed"
+    runner = start(crashed)
+    calls = {"n": 0}
+    orig = Runner.on_step
+
+    def on_step(self, rec):  # the process dies right after the 3rd step's checkpoint
+        orig(self, rec)
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise _Crash
+
+    monkeypatch.setattr(Runner, "on_step", on_step)
+    with pytest.raises(_Crash):
+        runner.run()
+    monkeypatch.setattr(Runner, "on_step", orig)
+    # 3 of 4 steps done (stage 1 half-way); the resumed run finishes stage 1
+    summary, _, _ = resume_run(crashed, progress=False)
+    assert summary["stages"] == 1
+    a, b = _records(full), _records(crashed)
+    assert len(a) == len(b) == 6  # 4 steps + 2 stages, no step lost or repeated
+    assert a == b
