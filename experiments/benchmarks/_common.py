@@ -22,31 +22,52 @@ import numpy as np
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def interleaved(cases: dict[str, Callable[[], Callable[[], object]]], repeats: int,
-                warmup: int = 1) -> dict:
+def interleaved(cases: dict[str, Callable[..., Callable[[], object]]], repeats: int,
+                warmup: int = 1, min_time: float = 0.02) -> dict:
     """Time each case ``repeats`` times, round-robin, after ``warmup`` untimed rounds.
 
-    ``cases[name]()`` prepares one run (untimed: fresh copies, warm caches) and returns the
-    zero-argument callable that is timed. Returns ``{name: {"min": s, "median": s}}``.
+    ``cases[name]()`` prepares one timing (untimed: fresh copies, warm caches) and returns the
+    zero-argument callable that is timed. Calls much shorter than ``min_time`` are repeated
+    ``number`` times per timing (chosen from the warm-up call) so that the timer and cache
+    effects of a single call do not dominate; a preparer that takes an argument receives
+    ``number`` and must return a callable good for that many calls (e.g. a stack of fresh
+    copies for an in-place LAPACK routine). Returns ``{name: {"min": s, "median": s,
+    "number": k}}`` with seconds per call.
     """
+    import inspect
+
     names = list(cases)
-    for _ in range(warmup):  # page cache, BLAS thread pools, lazy imports
+    takes_n = {k: len(inspect.signature(cases[k]).parameters) > 0 for k in names}
+
+    def prepare(name, number):
+        return cases[name](number) if takes_n[name] else cases[name]()
+
+    number = {k: 1 for k in names}
+    for w in range(warmup):  # page cache, BLAS thread pools, lazy imports
         for name in names:
-            cases[name]()()
+            fn = prepare(name, 1)
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            if w == warmup - 1 and min_time > 0 and dt < min_time:
+                number[name] = int(min(1000, max(1, min_time / max(dt, 1e-7))))
     times: dict[str, list[float]] = {k: [] for k in names}
     for r in range(repeats):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
-            fn = cases[name]()
+            k = number[name]
+            fn = prepare(name, k)
             gc.collect()
             gc.disable()  # a collection inside a timed region is noise, not cost
             try:
                 t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
+                for _ in range(k):
+                    fn()
+                times[name].append((time.perf_counter() - t0) / k)
             finally:
                 gc.enable()
-    return {k: {"min": min(v), "median": statistics.median(v)} for k, v in times.items()}
+    return {k: {"min": min(v), "median": statistics.median(v), "number": number[k]}
+            for k, v in times.items()}
 
 
 def blas_threads(n: int | None):

@@ -13,7 +13,9 @@ For each (S, K) of the grid a random simultaneous factored team MDP with K joint
   ``dgetrf + dgetrs`` on a prepared Fortran-ordered copy (building the matrix not timed):
   the hardware/LAPACK limit;
 - **read_P**: one pass over the factored ``P`` (``P.sum()``), the memory-traffic floor of any
-  method that starts from the factored MDP.
+  method that starts from the factored MDP;
+- **ours_collapsed**: like for like, our ``evaluate`` handed the same collapsed system as the
+  peers (a one-action MDP with ``P_π``, ``r_π``).
 
 Ratios ``peer / ours`` (≥ 1: ours faster) and ``lapack / ours`` (targets: ≥ 1 and ≥ 0.5).
 
@@ -104,15 +106,15 @@ def peer_cases(P_pi: np.ndarray, r_pi: np.ndarray, gamma: float) -> dict:
         pass
     M = np.asfortranarray(np.eye(S) - gamma * P_pi)
 
-    def gesv():
-        A = M.copy(order="F")
-        return lambda: dgesv(A, r_pi, overwrite_a=1)
+    def gesv(number):
+        stack = [M.copy(order="F") for _ in range(number)]  # in place: one fresh copy per call
+        return lambda: dgesv(stack.pop(), r_pi, overwrite_a=1)
 
-    def getrf():
-        A = M.copy(order="F")
+    def getrf(number):
+        stack = [M.copy(order="F") for _ in range(number)]
 
         def run():
-            lu, piv, _ = dgetrf(A, overwrite_a=1)
+            lu, piv, _ = dgetrf(stack.pop(), overwrite_a=1)
             return dgetrs(lu, piv, r_pi)
         return run
 
@@ -127,6 +129,8 @@ def summarize(t: dict, ours: str) -> dict:
     for peer in ("quantecon", "mdptoolbox", "lapack"):
         if peer in row:
             row[f"{peer}/ours"] = row[peer] / row[ours]
+            if "ours_collapsed" in row:
+                row[f"{peer}/ours_collapsed"] = row[peer] / row["ours_collapsed"]
     row["ours_median"] = t[ours]["median"]
     return row
 
@@ -137,6 +141,11 @@ def cell(cfg: EvalBenchConfig, S: int, K: int) -> dict:
     pol = TeamPolicy.random(mdp, cfg.seed + 1)
     P_pi, r_pi = collapse(mdp, joint_policy(mdp, pol))
     cases = {"ours": lambda: (lambda: evaluate(mdp, pol).V), "read_P": lambda: mdp.P.sum}
+    # like for like: our solver handed the same collapsed system as the peers (one action)
+    one = FactorizedMDP.turn_taking(P_pi[:, None, :], r_pi[:, None], np.zeros(S, dtype=int), 1,
+                                    mdp.rho0, cfg.gamma)
+    ones = np.ones((S, 1))
+    cases["ours_collapsed"] = lambda: (lambda: evaluate(one, ones).V)
     cases.update(peer_cases(P_pi, r_pi, cfg.gamma))
     V = evaluate(mdp, pol).V
     diff = float(np.abs(cases["quantecon"]()() - V).max()) if "quantecon" in cases else None
@@ -204,8 +213,9 @@ def main(quick: bool = False, out: str | None = None, cfg: EvalBenchConfig | Non
     result["loadavg_after"] = list(np.round(__import__("os").getloadavg(), 2))
     path = save_json(result, "bench_eval" + ("_quick" if quick else ""), out)
     if verbose:
-        cols = ["S", "K", "ours", "quantecon", "mdptoolbox", "lapack", "read_P", "quantecon/ours",
-                "mdptoolbox/ours", "lapack/ours"]
+        cols = ["S", "K", "ours", "ours_collapsed", "quantecon", "mdptoolbox", "lapack", "read_P",
+                "quantecon/ours", "mdptoolbox/ours", "lapack/ours", "quantecon/ours_collapsed",
+                "lapack/ours_collapsed"]
         print("exact evaluation, seconds (min over rounds) and ratios (peer/ours: >1 = ours faster)")
         print(fmt_table(done, cols))
         if cfg.file_target:

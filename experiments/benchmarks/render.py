@@ -41,8 +41,10 @@ def main(suffix: str = "") -> str:
                      f"after {res.get('loadavg_after')}; BLAS {blas_summary(m)}\n")
         if name == "eval":
             rows = [r for r in res["grid"] if "skipped" not in r]
-            parts.append(md(rows, ["S", "K", "ours", "quantecon", "mdptoolbox", "lapack", "read_P",
-                                   "quantecon/ours", "mdptoolbox/ours", "lapack/ours"]))
+            parts.append(md(rows, ["S", "K", "ours", "ours_collapsed", "quantecon", "mdptoolbox",
+                                   "lapack", "read_P", "quantecon/ours", "mdptoolbox/ours",
+                                   "lapack/ours", "quantecon/ours_collapsed",
+                                   "lapack/ours_collapsed"]))
             skipped = [r for r in res["grid"] if "skipped" in r]
             if skipped:
                 parts.append("\nskipped: " + "; ".join(f"S={r['S']} K={r['K']} ({r['skipped']})"
