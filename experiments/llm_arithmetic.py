@@ -34,7 +34,8 @@ class Config:
     max_new_tokens: int = field(default=16, metadata={"help": "tokens per message"})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature of the policy"})
     delta: float = field(default=0.05, metadata={"help": "trust-region radius δ (token-sum KL per message)"})
-    lr: float = field(default=5e-4, metadata={"help": "AdamW learning rate of the LoRA adapters"})
+    lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate of the LoRA adapters"})
+    minibatch: int = field(default=8, metadata={"help": "turns per optimizer step"})
     n_eval: int = field(default=32, metadata={"help": "held-out problems (greedy decoding)"})
     digits: int = field(default=2, metadata={"help": "operand digits"})
     ops: str = field(default="+-", metadata={"help": "operations"})
@@ -95,6 +96,7 @@ def main(argv=None) -> int:
     llm = LLMConfig(model=cfg.model, task="arithmetic", agents=cfg.agents,
                     task_options={"digits": cfg.digits, "ops": cfg.ops},
                     max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, lr=cfg.lr,
+                    minibatch=cfg.minibatch,
                     n_eval=cfg.n_eval, seed=cfg.seed, threads=cfg.threads)
     alg = TrainConfig(method="sat", stages=cfg.stages, delta=cfg.delta, n_groups=cfg.prompts,
                       group_size=cfg.group_size, seed=cfg.seed)

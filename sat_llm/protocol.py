@@ -6,8 +6,9 @@ active agent's id chosen by a fixed router. At each turn exactly one agent speak
 message is appended to the context. The last message's answer is scored.
 
 Everything out-of-band is fixed once and identical for every agent (TeamTR App. G.7): one
-explicit system prompt (never a model's default), one rendering of the transcript into a
-single user message, one instruction line naming the active agent, the reasoning-tag mode
+explicit system prompt (never a model's default), one rendering of the transcript into chat
+messages (task = user, agent messages = assistant, feedback = user, one fixed review
+instruction between agents), the active agent's id shown or not for all, the reasoning-tag mode
 (``reasoning_tags=False`` strips ``<think>…</think>`` blocks before a message enters the shared
 context, so no agent sees another's hidden reasoning), and each agent's own chat template
 for the markup.
@@ -22,11 +23,11 @@ import numpy as np
 
 from sat_theory.errors import InputError
 
-__all__ = ["Protocol", "SYSTEM_PROMPT", "ROUTERS"]
+__all__ = ["Protocol", "SYSTEM_PROMPT", "REVIEW_PROMPT", "ROUTERS"]
 
-SYSTEM_PROMPT = ("You are one member of a team of agents that solve a task together, taking "
-                 "turns. Each agent sees the task and all earlier messages. Be brief. The last "
-                 "message of the team is graded.")
+SYSTEM_PROMPT = "You are a careful assistant. Answer briefly."
+REVIEW_PROMPT = ("Check the answer above. If it is wrong, correct it. End with a line "
+                 "'Answer: <answer>'.")
 
 ROUTERS = ("round-robin", "random")
 
@@ -41,6 +42,10 @@ class Protocol:
     turns: int = field(default=0, metadata={
         "help": "turns per episode (0: one per agent, i.e. n_agents); interactive tasks may end earlier"})
     system_prompt: str = field(default=SYSTEM_PROMPT, metadata={"help": "the canonical system prompt"})
+    review_prompt: str = field(default=REVIEW_PROMPT, metadata={
+        "help": "the canonical instruction after an agent's message, before the next agent speaks"})
+    show_agent_id: bool = field(default=False, metadata={
+        "help": "name the active agent in the context (TeamTR §3.1 allows either)"})
     reasoning_tags: bool = field(default=False, metadata={
         "help": "keep <think> blocks in the shared context (default: strip them, TeamTR G.7)"})
 
@@ -70,14 +75,24 @@ class Protocol:
 
     def messages(self, prompt: str, history: list[tuple[str, str]], agent: int, last: bool) -> list[dict]:
         """Chat messages for ``agent`` speaking after ``history`` (``(speaker, text)`` pairs,
-        speaker ``"agent k"`` or ``"environment"``)."""
-        lines = [f"Task: {prompt}"]
-        for who, text in history:
-            lines.append(f"[{who.capitalize()}]: {text}")
-        role = "the final answer of the team" if last else "your contribution"
-        lines.append(f"You are Agent {agent + 1} of {self.n_agents}. Write {role}.")
-        return [{"role": "system", "content": self.system_prompt},
-                {"role": "user", "content": "\n".join(lines)}]
+        speaker ``"agent k"`` or ``"environment"``): the task as the first user message, each
+        agent message as an assistant message, environment feedback as a user message, and
+        the canonical review instruction between two consecutive agent messages (chat
+        templates need alternating roles). The active agent's id is shown only with
+        ``show_agent_id`` (small models tend to parrot it)."""
+        msgs = [{"role": "system", "content": self.system_prompt},
+                {"role": "user", "content": prompt}]
+        for k, (who, text) in enumerate(history):
+            if who == "environment":
+                msgs.append({"role": "user", "content": text})
+                continue
+            msgs.append({"role": "assistant", "content": text})
+            if k + 1 == len(history) or history[k + 1][0] != "environment":
+                msgs.append({"role": "user", "content": self.review_prompt})
+        if self.show_agent_id:
+            role = "the final answer of the team" if last else "your contribution"
+            msgs[-1]["content"] += f"\n(You are agent {agent + 1} of {self.n_agents}; write {role}.)"
+        return msgs
 
     def render(self, tokenizer, prompt: str, history, agent: int, last: bool) -> list[int]:
         """Token ids of the context (chat template with the generation prompt)."""
