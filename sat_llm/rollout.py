@@ -77,7 +77,7 @@ def generate(model, contexts: Sequence[Sequence[int]], *, max_new_tokens: int, t
 def pad_right(contexts: Sequence[Sequence[int]], messages: Sequence[Sequence[int]], pad_id: int):
     """``(ids (B,L), attention_mask (B,L), starts (B,), lengths (B,))`` of ``context+message``
     right-padded; ``starts[b] = len(context_b)``, ``lengths[b] = len(message_b)``."""
-    seqs = [list(c) + list(m) for c, m in zip(contexts, messages)]
+    seqs = [list(c) + list(m) for c, m in zip(contexts, messages, strict=True)]
     L = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), L), int(pad_id), dtype=torch.long)
     mask = torch.zeros((len(seqs), L), dtype=torch.long)

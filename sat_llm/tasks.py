@@ -191,7 +191,7 @@ class CountdownTask(Task):
 
 def bulls_cows(secret: str, guess: str) -> tuple[int, int]:
     """Bulls: right digit in the right place; cows: right digit in the wrong place."""
-    bulls = sum(s == g for s, g in zip(secret, guess))
+    bulls = sum(s == g for s, g in zip(secret, guess, strict=False))
     common = sum(min(secret.count(d), guess.count(d)) for d in set(guess))
     return bulls, common - bulls
 
@@ -275,9 +275,10 @@ def validate_plan(plan: str, init: dict[str, str], goal: dict[str, str]) -> tupl
         line = re.sub(r"^(?:plan|answer)\s*:\s*", "", line)
         if not line:
             continue
-        for rx, kind in _ACTION_RE:
+        for rx, name in _ACTION_RE:
             m = rx.match(line)
             if m:
+                kind = name
                 break
         else:
             continue
@@ -364,7 +365,7 @@ class CopyTask(Task):
 
     def score(self, problem, final_message):
         text = final_message.strip()
-        return sum(a == b for a, b in zip(text, problem.answer)) / len(problem.answer)
+        return sum(a == b for a, b in zip(text, problem.answer, strict=False)) / len(problem.answer)
 
 
 # ------------------------------------------------------------------------ user JSONL + math

@@ -290,7 +290,7 @@ class LLMTeam:
                                           pad_id=tok.pad_token_id, greedy=greedy)
                     msgs += m_
                     lps += l_
-                for e, c, m, lp in zip(idx, ctxs, msgs, lps):
+                for e, c, m, lp in zip(idx, ctxs, msgs, lps, strict=True):
                     text = proto.clean(tok.decode(m, skip_special_tokens=True))
                     turns[e].append((j, t, tuple(c), tuple(m), float(np.sum(lp))))
                     history[e].append((f"agent {j + 1}", text))
@@ -327,7 +327,7 @@ class LLMTeam:
         problems = [self.train_pool[int(i)] for i in pick for _ in range(group_size)]
         eps = self._run_episodes(problems, greedy=False)
         episodes = []
-        for e, (turns, hist, score) in enumerate(eps):
+        for e, (turns, _hist, score) in enumerate(eps):
             T = max((t for _, t, *_ in turns), default=0)
             tl = [Turn(agent=j, context=_Ctx(c), action=m, logp=lp, t=t,
                        reward_to_go=score * self.gamma ** (T - t)) for j, t, c, m, lp in turns]

@@ -28,7 +28,7 @@ def test_left_padded_batch_equals_one_by_one(tiny):
     model, tok = tiny
     ctxs = _contexts(tok)
     batch, _ = generate(model, ctxs, max_new_tokens=6, stop_ids=[2], pad_id=0, greedy=True)
-    for c, m in zip(ctxs, batch):
+    for c, m in zip(ctxs, batch, strict=True):
         single, _ = generate(model, [c], max_new_tokens=6, stop_ids=[2], pad_id=0, greedy=True)
         assert single[0] == m
 
@@ -52,7 +52,7 @@ def test_messages_end_at_the_first_stop_token(tiny):
     stops = list(range(4, 60))  # most characters stop: messages end early, at different lengths
     torch.manual_seed(1)
     msgs, lps = generate(model, ctxs * 4, max_new_tokens=5, stop_ids=stops, pad_id=0)
-    for m, lp in zip(msgs, lps):
+    for m, lp in zip(msgs, lps, strict=True):
         assert 1 <= len(m) <= 5 and len(lp) == len(m)
         assert not set(m[:-1]) & set(stops)
         assert len(m) == 5 or m[-1] in stops

@@ -16,9 +16,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from sat_llm.align import stage0_align  # noqa: E402
+from sat_llm.tasks import Problem, Task  # noqa: E402
 from sat_llm.team import LLMConfig, LLMTeam  # noqa: E402
 from sat_llm.train import Runner, resume_run, write_run_config  # noqa: E402
-from sat_llm.tasks import Problem, Task  # noqa: E402
 from sat_theory.algorithm import RunState, TrainConfig, run_stage  # noqa: E402
 
 torch.set_num_threads(1)  # tiny tensors: threads only add contention on a busy 2-core box
@@ -189,3 +189,14 @@ def test_resume_after_crash_reproduces_the_uninterrupted_run(tmp_path, monkeypat
     a, b = _records(full), _records(crashed)
     assert len(a) == len(b) == 6  # 4 steps + 2 stages, no step lost or repeated
     assert a == b
+
+
+def test_heterogeneous_team_has_separate_bases_and_trains():
+    team = make_team(agents=2, agent_models=("tiny-random", "tiny-random"))
+    assert team._model(0) is not team._model(1)
+    before = _weights(team, 1)
+    batch = team.rollout(2, 2)
+    adv = np.linspace(-1, 1, len(batch.turns_of(0)))
+    team.update(0, batch, adv, 0.1, team.snapshot(0))
+    assert _same(before, _weights(team, 1))
+    assert team.kl(0, batch, team.snapshot(0))["kl"] == 0
