@@ -1,0 +1,535 @@
+"""``RayTeam``: an LLM team whose agents are Ray actors, behind :class:`sat_theory.team.Team`.
+
+Each agent ``j`` is one :class:`AgentWorker` actor that owns its model (base + LoRA adapter),
+its AdamW state and its rollout engine (``hf`` generate, or vLLM on the actor's GPUs), with
+its own resource request (``agent_gpus``/``agent_cpus``). The actor reuses
+:class:`~sat_llm.team.LLMTeam`'s code for everything an agent does alone (generation,
+scoring, the clipped-surrogate update, the exact/sampled token KL, snapshots, Stage-0's
+replacement agents), so the numbers are those of the in-process backend.
+
+The proxy :class:`RayTeam` implements the ``Team`` protocol, so
+:func:`sat_theory.algorithm.run_stage` drives it unchanged. It holds what belongs to the
+team rather than to one agent: the task and its problem pools, the turn-taking protocol and
+router, the numpy RNG (problem choice, random router), the sampling RNG, parameter
+versions, and the evaluation cache. A shared-context episode passes *text* between actors:
+per turn the proxy sends every episode's prompt and transcript to the speaking agent's
+actor, which renders them with its own tokenizer and chat template (heterogeneous teams
+have different ones), generates the messages and returns the context/message token ids, the
+behaviour log-probability and the cleaned message text; the proxy appends the text to the
+transcripts and asks the task for feedback and scores.
+
+**Same numbers as in process.** In :class:`~sat_llm.team.LLMTeam` every agent samples from
+one global torch RNG, in the order (turn, agent). The proxy keeps that RNG's state and
+hands it to each sampling call and takes the advanced state back, so the sequence of draws
+is the in-process one; with the same thread count the CPU kernels give the same bits (the
+tests check equality of every logged metric). Sampling is therefore sequential over the
+agents of one turn (round-robin routing has one speaker per turn anyway); greedy
+evaluation, which draws nothing, runs the agents of a turn in parallel.
+
+**Fault tolerance.** Every actor writes ``checkpoint_dir/agent{j}/checkpoint.pt``
+(atomically, :func:`sat_llm.checkpoint.save_checkpoint`) after every call that changes its
+parameters (update, restore, replace, reset, load), and is created with ``max_restarts`` and
+``max_task_retries``: a killed actor is restarted by Ray, reloads its last checkpoint in its
+constructor (only when Ray reports a reconstruction, so a fresh run never picks up an old
+file), and a call that was in flight is retried. Every actor call is a deterministic
+function of the actor's checkpointed state and the call's arguments (the sampling RNG
+state travels with the call), so a retried call returns what the lost one would have and
+nothing is lost. On several machines ``checkpoint_dir`` must be on a shared filesystem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import uuid
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+
+from sat_theory.errors import InputError
+from sat_theory.team import Batch, Episode, Turn
+
+__all__ = ["RayOptions", "AgentWorker", "RayTeam", "build_ray_team"]
+
+
+def _f(default, help_):
+    return field(default=default, metadata={"help": help_})
+
+
+@dataclass
+class RayOptions:
+    """Placement and fault tolerance of a :class:`RayTeam` (the model settings live in
+    :class:`~sat_llm.team.LLMConfig`)."""
+
+    agent_gpus: float = _f(0.0, "GPUs reserved per agent actor (0: CPU; >1: a GPU group for "
+                                "vLLM tensor parallelism inside the actor)")
+    agent_cpus: float = _f(1.0, "CPUs reserved per agent actor (also its torch thread count)")
+    ray_address: str | None = _f(None, "Ray cluster to join ('auto', 'ray://head:10001'); "
+                                       "default: start a local cluster")
+    checkpoint_dir: str | None = _f(None, "folder of the per-actor checkpoints (shared "
+                                          "filesystem on several nodes; default: a temp dir)")
+    max_restarts: int = _f(3, "how often Ray restarts a dead agent actor")
+    max_task_retries: int = _f(3, "how often a call in flight on a dead actor is retried")
+
+    def __post_init__(self):
+        if not (self.agent_gpus >= 0 and self.agent_cpus > 0):
+            raise InputError(f"need agent_gpus >= 0 and agent_cpus > 0, got "
+                             f"{self.agent_gpus}, {self.agent_cpus}")
+        if self.max_restarts < 0 or self.max_task_retries < 0:
+            raise InputError("max_restarts and max_task_retries must be >= 0")
+
+    @classmethod
+    def help(cls) -> dict[str, str]:
+        return {f.name: f.metadata["help"] for f in fields(cls)}
+
+
+def _stop_ids(tok) -> list[int]:
+    """The stop tokens of :meth:`sat_llm.team.LLMTeam._run_episodes` (eos and ``<|im_end|>``)."""
+    return sorted({tok.eos_token_id, *([tok.convert_tokens_to_ids("<|im_end|>")]
+                                       if "<|im_end|>" in tok.get_vocab() else [])})
+
+
+class AgentWorker:
+    """One agent as a Ray actor (module docstring). Plain class; :class:`RayTeam` wraps it
+    with ``ray.remote``. ``agent`` is the team index; the inner :class:`LLMTeam` holds the
+    agent at index ``k`` (``k = agent`` for a shared-base team, whose adapters are built
+    exactly as in process; ``k = 0`` for a heterogeneous team, where the actor loads only
+    this agent's base)."""
+
+    def __init__(self, cfg: dict, agent: int, checkpoint_dir: str | None):
+        import torch
+
+        from .checkpoint import CHECKPOINT, load_checkpoint
+        from .protocol import Protocol
+        from .team import LLMConfig, LLMTeam
+
+        c = LLMConfig(**cfg)
+        self.agent = agent
+        if c.agent_models is None:
+            self.team, self.k = LLMTeam(c), agent
+            self.base_public = c.model
+        else:
+            name = c.agent_models[agent]
+            self.team = LLMTeam(dataclasses.replace(c, agents=1, agent_models=(name,)))
+            self.k, self.base_public = 0, f"{name}#{agent}"  # LLMTeam's key for this base
+        self.base_inner = self.team._agent_base[self.k]
+        # the sampling RNG as LLMTeam leaves it after construction (the proxy starts from it)
+        self.init_torch_rng = torch.get_rng_state()
+        self.protocol = Protocol(c.agents, router=c.router, turns=c.turns,
+                                 reasoning_tags=c.reasoning_tags)
+        self._batch: tuple | None = None  # (key, Batch): stable objects keep LLMTeam's
+        self._refs: dict = {}  # reference-logprob cache (keyed by id()) warm across calls
+        self.ckpt = Path(checkpoint_dir) / f"agent{agent}" if checkpoint_dir else None
+        self.reconstructed = self._reconstructed()
+        self.loaded_checkpoint = False
+        if self.ckpt is not None and self.reconstructed and (self.ckpt / CHECKPOINT).is_file():
+            self._load(load_checkpoint(self.ckpt))
+            self.loaded_checkpoint = True
+        else:
+            self._save()  # a fresh actor overwrites any file of an earlier run
+
+    @staticmethod
+    def _reconstructed() -> bool:
+        try:
+            import ray
+
+            if not ray.is_initialized():
+                return False
+            ctx = ray.get_runtime_context()
+            if ctx.get_actor_id() is None:  # the driver, not an actor
+                return False
+            return bool(ctx.was_current_actor_reconstructed)
+        except Exception:  # used outside Ray (tests of the plain class)
+            return False
+
+    # ------------------------------------------------------------ checkpoints
+    def _state(self) -> dict:
+        t, k = self.team, self.k
+        return dict(weights=t._get_weights(k), optim=t._opt[k].state_dict(), version=t._version[k])
+
+    def _load(self, d: dict) -> None:
+        t, k = self.team, self.k
+        t._set_weights(k, d["weights"])
+        t._opt[k] = t._make_opt(k)
+        t._opt[k].load_state_dict(d["optim"])
+        t._version[k] = int(d["version"])
+        t._ref_cache = None
+
+    def _save(self) -> None:
+        if self.ckpt is None:
+            return
+        from .checkpoint import save_checkpoint
+
+        self.ckpt.mkdir(parents=True, exist_ok=True)
+        save_checkpoint(self.ckpt, self._state())
+
+    # ------------------------------------------------------------ helpers
+    def _public(self, snap):
+        snap = dataclasses.replace(snap, agent=self.agent, base=self.base_public)
+        snap._ray_key = uuid.uuid4().hex  # identifies this snapshot across calls (ref cache)
+        return snap
+
+    def _inner(self, snap, *, reference: bool = False):
+        """The inner team's form of a snapshot. References (weights only, read by ``kl`` and
+        ``update``) are kept by key so that repeated calls hit LLMTeam's reference cache;
+        snapshots to restore carry optimizer state and are never taken from that cache."""
+        if snap.base != self.base_public:
+            raise InputError(f"snapshot of base {snap.base!r} cannot restore agent "
+                             f"{self.agent} (base {self.base_public!r})")
+        key = getattr(snap, "_ray_key", None) if reference else None
+        if key is not None and key in self._refs:
+            return self._refs[key]
+        inner = dataclasses.replace(snap, agent=self.k, base=self.base_inner)
+        if key is not None:
+            self._refs = {key: inner}  # the latest reference only: backtracking reuses it
+        return inner
+
+    def _stable(self, key: str, batch: Batch) -> Batch:
+        if self._batch is not None and self._batch[0] == key:
+            return self._batch[1]
+        self._batch = (key, batch)
+        return batch
+
+    def _set_version(self, before: int, new_version: int) -> bool:
+        """Renumber a bump of the inner team with the proxy's team-wide counter."""
+        t = self.team
+        bumped = t._version[self.k] != before
+        if bumped:
+            t._version[self.k] = int(new_version)
+        return bumped
+
+    # ------------------------------------------------------------ the agent's calls
+    def info(self) -> dict:
+        return dict(pid=os.getpid(), k=self.k, base=self.base_public,
+                    reconstructed=self.reconstructed, loaded_checkpoint=self.loaded_checkpoint,
+                    init_torch_rng=self.init_torch_rng, version=self.team._version[self.k])
+
+    def generate(self, items, last: bool, greedy: bool, rng_state, chunk: int):
+        """Messages of this agent for ``items`` = ``[(prompt, history), ...]``: returns
+        ``(contexts, messages, logps, texts, rng_state)`` — context/message token ids, the
+        summed behaviour log-probability, the cleaned text for the shared context, and the
+        sampling RNG state after the draws (``None`` when none was given)."""
+        import torch
+
+        from .rollout import generate
+
+        t, k, cfg = self.team, self.k, self.team.cfg
+        tok = t.tokenizer(k)
+        ctxs = [self.protocol.render(tok, p, h, self.agent, last) for p, h in items]
+        model = t._activate(k)
+        stop = _stop_ids(tok)
+        if rng_state is not None:
+            torch.set_rng_state(rng_state)
+        msgs, lps = [], []
+        for s in range(0, len(ctxs), chunk):
+            if t._engine is not None:  # GPU engine; behaviour log-probs rescored (as LLMTeam)
+                m_ = t._engine.generate(k, ctxs[s:s + chunk], max_new_tokens=cfg.max_new_tokens,
+                                        temperature=cfg.temperature, stop_ids=stop, greedy=greedy)
+                l_ = t._score(k, ctxs[s:s + chunk], m_)
+            else:
+                m_, l_ = generate(model, ctxs[s:s + chunk], max_new_tokens=cfg.max_new_tokens,
+                                  temperature=cfg.temperature, stop_ids=stop,
+                                  pad_id=tok.pad_token_id, greedy=greedy)
+            msgs += m_
+            lps += l_
+        texts = [self.protocol.clean(tok.decode(m, skip_special_tokens=True)) for m in msgs]
+        return (ctxs, msgs, [float(np.sum(lp)) for lp in lps], texts,
+                torch.get_rng_state() if rng_state is not None else None)
+
+    def update(self, key, batch, advantages, beta, reference, step_scale, correction,
+               new_version):
+        t = self.team
+        before = t._version[self.k]
+        t.last_update.pop(self.k, None)
+        info = t.update(self.k, self._stable(key, batch), advantages, beta,
+                        self._inner(reference, reference=True),
+                        step_scale=step_scale, correction=correction)
+        bumped = self._set_version(before, new_version)
+        if bumped:
+            self._save()
+        return info, bumped, self.k in t.last_update
+
+    def kl(self, key, batch, reference) -> dict:
+        return self.team.kl(self.k, self._stable(key, batch), self._inner(reference, reference=True))
+
+    def snapshot(self):
+        return self._public(self.team.snapshot(self.k))
+
+    def restore(self, snap) -> None:
+        self.team.restore(self.k, self._inner(snap))
+        self._save()
+
+    def new_agent(self, kind: str, seed: int):
+        return self._public(self.team.new_agent(self.k, kind, seed))
+
+    def replace(self, new, new_version: int) -> None:
+        self.team.replace(self.k, self._inner(new))
+        self.team._version[self.k] = int(new_version)
+        self._save()
+
+    def reset(self, new_version: int) -> None:
+        self.team.reset([self.k])
+        self.team._version[self.k] = int(new_version)
+        self._save()
+
+    def state(self) -> dict:
+        return self._state()
+
+    def load_state(self, d: dict) -> None:
+        self._load(d)
+        self._save()
+
+
+class RayTeam:
+    """See module docstring. ``cfg``: the :class:`~sat_llm.team.LLMConfig` of the team;
+    ``opts``: :class:`RayOptions`. Connects to (or starts) Ray and creates one actor per
+    agent; :meth:`close` kills them."""
+
+    def __init__(self, cfg, opts: RayOptions | None = None):
+        from sat_theory.executor import _ray  # one place that starts/joins a Ray cluster
+
+        from .protocol import Protocol
+        from .tasks import make_task
+
+        self.cfg, self.opts = cfg, opts or RayOptions()
+        self.n_agents = cfg.agents
+        self.gamma = float(cfg.gamma)
+        self.advantage_bound = 1.0  # scores lie in [0, 1] (as LLMTeam)
+        self.task = make_task(cfg.task, cfg.prompts, **cfg.task_options)
+        self.protocol = Protocol(cfg.agents, router=cfg.router, turns=cfg.turns,
+                                 reasoning_tags=cfg.reasoning_tags)
+        if self.task.multi_turn and not cfg.turns:
+            self.protocol.turns = 2 * cfg.agents  # as LLMTeam: interactive tasks need rounds
+        self.train_pool = self.task.problems("train", cfg.n_train, cfg.seed)
+        self.eval_set = self.task.problems("eval", cfg.n_eval, cfg.seed)
+        self.rng = np.random.default_rng(cfg.seed)
+        self._rollouts = 0
+        self._version_counter = 0
+        self._version = [0] * self.n_agents
+        self._eval_cache: dict = {}
+        self._subs: dict = {}
+        self.last_kl: dict[int, dict] = {}
+        self.last_update: dict[int, dict] = {}
+        self.last_batch: Batch | None = None
+        self.last_eval: list = []
+        self._ray = ray = _ray(self.opts.ray_address)
+        self.checkpoint_dir = self.opts.checkpoint_dir or tempfile.mkdtemp(prefix="sat_ray_team_")
+        worker = ray.remote(AgentWorker)
+        o = self.opts
+        self.actors = [worker.options(num_cpus=o.agent_cpus, num_gpus=o.agent_gpus,
+                                      max_restarts=o.max_restarts,
+                                      max_task_retries=o.max_task_retries)
+                       .remote(cfg.to_dict(), j, self.checkpoint_dir) for j in range(self.n_agents)]
+        infos = self.info()
+        self._k = [i["k"] for i in infos]  # each agent's index inside its actor's LLMTeam
+        self._torch_rng = infos[0]["init_torch_rng"]
+
+    # ---------------------------------------------------------------- plumbing
+    def _get(self, ref):
+        return self._ray.get(ref)
+
+    def info(self) -> list[dict]:
+        """Per actor: ``pid``, ``reconstructed`` and ``loaded_checkpoint`` (was it restarted
+        and did it reload its checkpoint), its inner index ``k`` and parameter version."""
+        return self._get([a.info.remote() for a in self.actors])
+
+    @property
+    def version(self) -> tuple:
+        return tuple(self._version)
+
+    def _next_version(self) -> int:
+        return self._version_counter + 1
+
+    def _bump(self, agent: int) -> None:
+        self._version_counter += 1
+        self._version[agent] = self._version_counter
+
+    def _sub(self, agent: int, batch: Batch):
+        """``(key, batch of agent's turns only)``: what the agent's actor needs of a batch
+        (its contexts, messages and behaviour log-probs, in ``turns_of`` order)."""
+        key = batch.extra.get("ray_key")
+        if key is None:  # a batch this proxy did not draw (e.g. one from a checkpoint)
+            key = batch.extra["ray_key"] = uuid.uuid4().hex
+        if (key, agent) not in self._subs:
+            turns = [dataclasses.replace(t, agent=self._k[agent]) for _, t in batch.turns_of(agent)]
+            sub = Batch(episodes=[Episode(group=0, turns=turns, ret=0.0)],
+                        rollout_id=batch.rollout_id)
+            self._subs = {k: v for k, v in self._subs.items() if k[0] == key}
+            self._subs[(key, agent)] = (f"{key}/{agent}", sub)
+        return self._subs[(key, agent)]
+
+    # ---------------------------------------------------------------- episodes
+    def _run_episodes(self, problems, *, greedy: bool):
+        """:meth:`sat_llm.team.LLMTeam._run_episodes` with the agents' generation on their
+        actors (module docstring): same schedules, batching, RNG draws and bookkeeping."""
+        cfg, proto = self.cfg, self.protocol
+        E = len(problems)
+        schedules = [proto.schedule(self.rng) for _ in range(E)]
+        history: list[list[tuple[str, str]]] = [[] for _ in range(E)]
+        turns: list[list[tuple]] = [[] for _ in range(E)]
+        done = [False] * E
+        for t in range(proto.n_turns):
+            last = t == proto.n_turns - 1
+            by_agent: dict[int, list[int]] = {}
+            for e in range(E):
+                if not done[e]:
+                    by_agent.setdefault(schedules[e][t], []).append(e)
+            results = {}
+            if greedy:  # no RNG: the speakers of this turn generate in parallel
+                refs = {j: self.actors[j].generate.remote(
+                            [(problems[e].prompt, history[e]) for e in idx], last, True, None,
+                            cfg.eval_batch) for j, idx in by_agent.items()}
+                results = {j: self._get(r) for j, r in refs.items()}
+            else:  # one sampling RNG stream, in (turn, agent) order as in process
+                for j in sorted(by_agent):
+                    idx = by_agent[j]
+                    results[j] = self._get(self.actors[j].generate.remote(
+                        [(problems[e].prompt, history[e]) for e in idx], last, False,
+                        self._torch_rng, len(idx)))
+                    self._torch_rng = results[j][4]
+            for j in sorted(by_agent):
+                ctxs, msgs, lps, texts, _ = results[j]
+                for e, c, m, lp, text in zip(by_agent[j], ctxs, msgs, lps, texts, strict=True):
+                    turns[e].append((j, t, tuple(c), tuple(m), lp))
+                    history[e].append((f"agent {j + 1}", text))
+                    fb, fin = self.task.feedback(problems[e], text)
+                    if fb is not None:
+                        history[e].append(("environment", fb))
+                    done[e] = done[e] or fin
+        out = []
+        for e in range(E):
+            final = next((txt for who, txt in reversed(history[e]) if who.startswith("agent")), "")
+            out.append((turns[e], history[e], self.task.score(problems[e], final)))
+        return out
+
+    def rollout(self, n_groups: int, group_size: int) -> Batch:
+        """As :meth:`sat_llm.team.LLMTeam.rollout` (same problems, episodes and extras)."""
+        from .team import _Ctx
+
+        if n_groups < 1 or group_size < 1:
+            raise InputError(f"need n_groups >= 1 and group_size >= 1, got {n_groups}, {group_size}")
+        pick = self.rng.choice(len(self.train_pool), size=n_groups, replace=n_groups > len(self.train_pool))
+        problems = [self.train_pool[int(i)] for i in pick for _ in range(group_size)]
+        eps = self._run_episodes(problems, greedy=False)
+        episodes = []
+        for e, (turns, _, score) in enumerate(eps):
+            T = max((t for _, t, *_ in turns), default=0)
+            tl = [Turn(agent=j, context=_Ctx(c), action=m, logp=lp, t=t,
+                       reward_to_go=score * self.gamma ** (T - t)) for j, t, c, m, lp in turns]
+            episodes.append(Episode(group=e // group_size, turns=tl, ret=score * self.gamma ** T))
+        self._rollouts += 1
+        extra = dict(problems=[int(i) for i in pick], transcripts=[h for _, h, _ in eps],
+                     scores=[s for *_, s in eps],
+                     tokens=int(sum(len(m) for tr, *_ in eps for *_, m, _ in tr)),
+                     ray_key=uuid.uuid4().hex)
+        self.last_batch = Batch(episodes=episodes, rollout_id=self._rollouts, extra=extra)
+        return self.last_batch
+
+    def evaluate(self) -> float:
+        """Held-out accuracy, greedy, cached per parameter version (as LLMTeam)."""
+        key = self.version
+        if key not in self._eval_cache:
+            state = self.rng.bit_generator.state
+            eps = self._run_episodes(self.eval_set, greedy=True)
+            self.rng.bit_generator.state = state  # the router must not consume training RNG
+            self._eval_cache[key] = float(np.mean([s for *_, s in eps]))
+            self.last_eval = [(h, s) for _, h, s in eps]
+        return self._eval_cache[key]
+
+    # ---------------------------------------------------------------- parameters
+    def snapshot(self, agent: int):
+        return self._get(self.actors[agent].snapshot.remote())
+
+    def restore(self, agent: int, snap) -> None:
+        self._get(self.actors[agent].restore.remote(snap))
+        self._version[agent] = snap.version
+
+    @staticmethod
+    def _as_reference(snap):
+        """A reference travels without its optimizer state (KL and loss need the weights)."""
+        ref = dataclasses.replace(snap, optim=None)
+        if hasattr(snap, "_ray_key"):
+            ref._ray_key = snap._ray_key
+        return ref
+
+    def update(self, agent: int, batch: Batch, advantages, beta: float, reference, *,
+               step_scale: float = 1.0, correction: str = "none") -> dict:
+        key, sub = self._sub(agent, batch)
+        adv = None if advantages is None else np.asarray(advantages, dtype=np.float64)
+        info, bumped, recorded = self._get(self.actors[agent].update.remote(
+            key, sub, adv, float(beta), self._as_reference(reference), float(step_scale),
+            correction, self._next_version()))
+        if bumped:
+            self._bump(agent)
+        if recorded:
+            self.last_update[agent] = info
+        return info
+
+    def kl(self, agent: int, batch: Batch, reference) -> dict:
+        key, sub = self._sub(agent, batch)
+        res = self._get(self.actors[agent].kl.remote(key, sub, self._as_reference(reference)))
+        self.last_kl[agent] = res
+        return res
+
+    # ---------------------------------------------------------------- plug-and-play
+    def new_agent(self, agent: int, kind: str, seed: int):
+        return self._get(self.actors[agent].new_agent.remote(kind, int(seed)))
+
+    def replace(self, agent: int, new) -> None:
+        self._get(self.actors[agent].replace.remote(new, self._next_version()))
+        self._bump(agent)
+
+    def reset(self, agents) -> None:
+        for j in agents:  # one version bump per agent, in order (as LLMTeam)
+            self._get(self.actors[j].reset.remote(self._next_version()))
+            self._bump(j)
+
+    def align(self, agent: int, new, delta_align: float, form: str):
+        from .align import stage0_align
+
+        return stage0_align(self, agent, new, delta_align, form)
+
+    # ---------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict:
+        """:meth:`sat_llm.team.LLMTeam.state_dict`'s layout (so ``sat_llm.train``'s run
+        checkpoints work unchanged); ``torch_rng`` is the team's sampling RNG."""
+        states = self._get([a.state.remote() for a in self.actors])
+        return dict(weights=[s["weights"] for s in states], optim=[s["optim"] for s in states],
+                    torch_rng=self._torch_rng.clone(), np_rng=self.rng.bit_generator.state,
+                    rollouts=self._rollouts, version=list(self._version),
+                    version_counter=self._version_counter, eval_cache=dict(self._eval_cache))
+
+    def load_state_dict(self, d: dict) -> None:
+        self._get([a.load_state.remote(dict(weights=d["weights"][j], optim=d["optim"][j],
+                                            version=d["version"][j]))
+                   for j, a in enumerate(self.actors)])
+        self._torch_rng = d["torch_rng"].clone()
+        self.rng.bit_generator.state = d["np_rng"]
+        self._rollouts = int(d["rollouts"])
+        self._version = list(d["version"])
+        self._version_counter = int(d["version_counter"])
+        self._eval_cache = dict(d.get("eval_cache", {}))
+        self._subs = {}
+
+    def close(self) -> None:
+        """Kill the agent actors (the Ray cluster itself is left running)."""
+        for a in self.actors:
+            self._ray.kill(a, no_restart=True)
+        self.actors = []
+
+
+def build_ray_team(llm_cfg, args=None, *, out=None, **overrides) -> RayTeam:
+    """A :class:`RayTeam` for ``llm_cfg`` with :class:`RayOptions` from the ``sat train``
+    flags in ``args`` (``--agent-gpus``, ``--agent-cpus``, ``--ray-address``) and
+    ``overrides``; the actors checkpoint under ``out/agents`` when ``out`` is given."""
+    kw = {}
+    for name in ("agent_gpus", "agent_cpus", "ray_address"):
+        v = getattr(args, name, None) if args is not None else None
+        if v is not None:
+            kw[name] = v
+    if out is not None:
+        kw["checkpoint_dir"] = str(Path(out) / "agents")
+    kw.update(overrides)
+    return RayTeam(llm_cfg, RayOptions(**kw))

@@ -1,0 +1,175 @@
+"""``RayTeam`` (agents as Ray actors) against the in-process ``LLMTeam``, on a local Ray
+cluster that this module starts and stops itself (tiny random model, CPU).
+
+- the same seed gives the same metrics, record by record, bit for bit (one torch thread in
+  both worlds; the sampling RNG state travels with each generation call);
+- an agent actor killed in the middle of a stage is restarted by Ray, reloads its last
+  checkpoint, and the run's metrics are again exactly the in-process ones (nothing lost).
+"""
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from sat_llm.ray_team import AgentWorker, RayOptions, RayTeam, build_ray_team  # noqa: E402
+from sat_llm.tasks import Problem, Task  # noqa: E402
+from sat_llm.team import LLMConfig, LLMTeam  # noqa: E402
+from sat_llm.train import Runner  # noqa: E402
+from sat_theory.algorithm import TrainConfig  # noqa: E402
+from sat_theory.errors import InputError  # noqa: E402
+
+torch.set_num_threads(1)  # the actors get one CPU each, hence one torch thread: same kernels
+
+
+class LowercaseTask(Task):
+    """Score: the fraction of lowercase letters in the final message (varies even for a
+    random model, so advantages and updates are not zero)."""
+
+    name = "lowercase"
+
+    def _generate(self, rng):
+        return Problem(f"Write lowercase letters. #{rng.randrange(10**6)}", None)
+
+    def score(self, problem, final_message):
+        return sum(c.islower() for c in final_message) / max(len(final_message), 1)
+
+
+def llm_cfg(**kw):
+    base = dict(model="tiny-random", task=f"{__name__}:LowercaseTask", agents=2,
+                max_new_tokens=4, n_train=16, n_eval=2, minibatch=8, lr=1e-2, seed=0, threads=1)
+    base.update(kw)
+    return LLMConfig(**base)
+
+
+# δ small enough that some steps backtrack (restore + β growth run through the actors too)
+ALG = dict(method="sat", stages=2, n_groups=2, group_size=2, delta=0.002, seed=0)
+
+
+def _records(path):
+    out = []
+    for line in open(path):
+        r = json.loads(line)
+        r.pop("seconds", None)  # wall time, the only field allowed to differ
+        out.append(r)
+    return out
+
+
+def _run(team, out, runner_cls=Runner):
+    cfg = TrainConfig(**ALG)
+    runner = runner_cls(team, cfg, out, progress=False)
+    runner.run()
+    return _records(out / "metrics.jsonl")
+
+
+def _assert_same(a, b):
+    assert len(a) == len(b)
+    for ra, rb in zip(a, b, strict=True):
+        assert ra.keys() == rb.keys()
+        for k in ra:
+            x, y = ra[k], rb[k]
+            if isinstance(x, float) and isinstance(y, float) and math.isnan(x):
+                assert math.isnan(y), k
+            else:
+                assert x == y, (ra["kind"], ra.get("stage"), ra.get("step"), k, x, y)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    here = os.path.dirname(os.path.abspath(__file__))
+    # the actors import this module by name (the task is "test_ray_team:LowercaseTask")
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path}})
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The in-process run's metrics records."""
+    out = tmp_path_factory.mktemp("inproc")
+    recs = _run(LLMTeam(llm_cfg()), out)
+    steps = [r for r in recs if r["kind"] == "step"]
+    assert len(steps) == 4 and any(r["opt_steps"] for r in steps)
+    assert any(r["backtracks"] for r in steps), "the test should exercise restore"
+    return recs
+
+
+def test_ray_team_equals_in_process(cluster, reference, tmp_path):
+    team = RayTeam(llm_cfg(), RayOptions(checkpoint_dir=str(tmp_path / "agents")))
+    try:
+        got = _run(team, tmp_path / "run")
+        pids = {i["pid"] for i in team.info()}
+    finally:
+        team.close()
+    assert len(pids) == 2 and os.getpid() not in pids  # two separate agent processes
+    _assert_same(got, reference)
+
+
+class KillingRunner(Runner):
+    """Kills the actor of the agent just updated after stage 0's first step (after the
+    run's own checkpoint), so its next generation call meets a restarting actor."""
+
+    killed: list = []
+
+    def on_step(self, rec):
+        super().on_step(rec)
+        if rec["stage"] == 0 and rec["step"] == 1:
+            self.killed.append((rec["agent"], self.team.info()[rec["agent"]]["pid"]))
+            ray.kill(self.team.actors[rec["agent"]], no_restart=False)
+
+
+def test_killed_actor_restarts_from_checkpoint(cluster, reference, tmp_path):
+    team = build_ray_team(llm_cfg(), out=tmp_path)
+    try:
+        got = _run(team, tmp_path, KillingRunner)
+        info = team.info()
+    finally:
+        team.close()
+    (j, old_pid), = KillingRunner.killed
+    assert info[j]["reconstructed"] and info[j]["loaded_checkpoint"]
+    assert info[j]["pid"] != old_pid
+    assert not info[1 - j]["reconstructed"]
+    assert (tmp_path / "agents" / f"agent{j}" / "checkpoint.pt").is_file()
+    _assert_same(got, reference)  # the stage completed with nothing lost or repeated
+
+
+def test_worker_snapshot_round_trip_without_ray(tmp_path):
+    """The actor class is plain Python: a restore puts weights and optimizer state back, and
+    a fresh worker on the same folder does not pick up the old checkpoint (no reconstruction)."""
+    cfg = llm_cfg()
+    w = AgentWorker(cfg.to_dict(), 1, str(tmp_path))
+    snap = w.snapshot()
+    assert snap.agent == 1 and snap.base == "tiny-random"
+    new = w.new_agent("random", 5)
+    w.replace(new, 7)
+    assert w.info()["version"] == 7
+    changed = w.state()["weights"]
+    assert any(not torch.equal(changed[k], snap.weights[k]) for k in changed)
+    w.restore(snap)
+    back = w.state()["weights"]
+    assert all(torch.equal(back[k], snap.weights[k]) for k in back)
+    saved = torch.load(tmp_path / "agent1" / "checkpoint.pt", weights_only=False)
+    assert all(torch.equal(saved["weights"][k], snap.weights[k]) for k in back)
+    w2 = AgentWorker(cfg.to_dict(), 1, str(tmp_path))
+    assert not w2.info()["loaded_checkpoint"]
+    bad = w.snapshot()
+    bad.base = "other"
+    with pytest.raises(InputError, match="cannot restore"):
+        w.restore(bad)
+
+
+def test_bad_options_are_input_errors():
+    with pytest.raises(InputError, match="agent_gpus"):
+        RayOptions(agent_gpus=-1)
+    with pytest.raises(InputError, match="max_restarts"):
+        RayOptions(max_restarts=-1)
+    assert np.isclose(RayOptions().agent_cpus, 1.0)
