@@ -18,8 +18,11 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import matplotlib.pyplot as plt
+import pandas as pd
+
 from experiments.common import Options, parse_options, write_csv
-from experiments.runs import ensure_runs, load, main_runset
+from experiments.runs import RunSet, ensure_runs, load, main_runset
 from sat_theory.plotting import paper_style, plot_training_curves, save_figure
 
 NAME = "fig_training_curves"
@@ -27,17 +30,31 @@ COLUMNS = ["method", "seed", "stage", "J_before", "J_after", "true_improvement",
            "episodes", "rejected_steps", "out_of_region_steps"]
 
 
+def exact_runset(opts: Options) -> RunSet:
+    """n = 8 agents, exact mode (the infinite-sample limit)."""
+    return RunSet(name="exact_n8", n_agents=8, mode="exact", stages=8 if opts.quick else 30,
+                  seeds=opts.seeds or (2 if opts.quick else 3))
+
+
 def run(opts: Options) -> list[Path]:
-    rs = main_runset(opts.quick, opts.seeds)
-    ensure_runs(opts.out, rs)
-    _, stages, _ = load(opts.out, rs)
-    df = stages[[c for c in COLUMNS if c in stages.columns]]
-    paths = [write_csv(df, opts.out, NAME)]
+    panels = [("sampled, n=3, matched budget", main_runset(opts.quick, opts.seeds)),
+              ("exact (infinite samples), n=8", exact_runset(opts))]
+    frames = []
+    for setting, rs in panels:
+        ensure_runs(opts.out, rs)
+        _, stages, _ = load(opts.out, rs)
+        df = stages[[c for c in COLUMNS if c in stages.columns]].copy()
+        df.insert(0, "setting", setting)
+        frames.append(df)
+    data = pd.concat(frames, ignore_index=True)
+    paths = [write_csv(data, opts.out, NAME)]
     with paper_style():
-        fig = plot_training_curves(df, title=f"Training curves at a matched budget "
-                                             f"({rs.budget_groups}×{rs.group_size} episodes per stage, "
-                                             f"δ={rs.delta:g}, {rs.seeds} seeds)")
-        fig.axes[0].title.set_fontsize(10)
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+        for ax, (setting, rs), df in zip(axes, panels, frames, strict=True):
+            budget = (f"{rs.budget_groups}×{rs.group_size} episodes per stage, " if rs.mode == "sampled" else "")
+            plot_training_curves(df, ax=ax, title=f"{setting} ({budget}δ={rs.delta:g}, {rs.seeds} seeds)")
+            ax.title.set_fontsize(10)
+        fig.tight_layout()
         paths += save_figure(fig, opts.out, NAME)
     return paths
 

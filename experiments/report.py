@@ -292,9 +292,11 @@ def _by_method(df: pd.DataFrame, col: str, fn="mean") -> dict:
 
 def section_training(out: Path) -> str:
     title = "Training curves at a matched rollout budget (TeamTR Fig. 3)"
-    df = _read(out, "fig_training_curves")
-    if df is None:
+    df_all = _read(out, "fig_training_curves")
+    if df_all is None:
         return _missing(title, "fig_training_curves")
+    settings = list(dict.fromkeys(df_all.setting)) if "setting" in df_all else [None]
+    df = df_all[df_all.setting == settings[0]] if settings[0] is not None else df_all
     last = df[df.stage == df.stage.max()]
     fin = last.groupby("method").J_after.agg(["mean", "std", "count"]).reset_index()
     # regressions: stages whose true improvement was negative
@@ -345,7 +347,17 @@ def section_training(out: Path) -> str:
     if same_jn:
         verdict += ("joint and naive produce identical curves: with one batch per stage an "
                     "agent's update does not depend on the others' new parameters, so the two "
-                    "coincide in this implementation.")
+                    "coincide in this implementation. ")
+    if len(settings) > 1:
+        ex = df_all[df_all.setting == settings[1]]
+        fe = ex[ex.stage == ex.stage.max()].groupby("method").J_after.mean()
+        if {"sat", "naive"} <= set(fe.index):
+            d = fe["sat"] - fe["naive"]
+            verdict += (f"In the second panel ({settings[1]}), SAT ends at "
+                        f"J = {fe['sat']:.4f} and naive at {fe['naive']:.4f} (difference {d:+.2e}, "
+                        f"{100 * d / abs(fe['naive']):+.3f}%): the stale-occupancy bias alone "
+                        + ("barely changes where training ends, unlike the paper's 87.9% vs 58.7% at n = 8."
+                           if abs(d) < 0.01 * abs(fe["naive"]) else "changes where training ends."))
     s.append("**Agreement.** " + verdict)
     return "\n".join(s) + "\n"
 

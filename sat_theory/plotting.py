@@ -28,6 +28,7 @@ matplotlib.use("Agg")  # files only; never open a window
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 __all__ = ["METHOD_COLORS", "METHOD_LABELS", "BOUND_COLORS", "BOUND_LABELS", "paper_style",
            "save_figure", "method_color", "read_metrics", "read_config", "load_runs",
@@ -238,12 +239,15 @@ def plot_training_curves(stages: pd.DataFrame, *, x: str = "stage", ax=None,
         xs = curves[0][0][:L]
         mean = np.mean([c[1][:L] for c in curves], axis=0)
         same = [k for k, v in drawn.items() if v.shape == mean.shape and np.array_equal(v, mean)]
-        label = f"{method_label(m)} (n={len(curves)})" + (f", identical to {same[0]}" if same else "")
+        nseed = len(curves)
+        label = (f"{method_label(m)} ({nseed} seed{'s' if nseed > 1 else ''})"
+                 + (f", identical to {same[0]}" if same else ""))
         _mean_std(ax, xs, [c[1][:L] for c in curves], method_color(m), label)
         if same:  # an identical curve would hide under the first one: draw it dashed on top
             ax.lines[-1].set_linestyle((0, (4, 3)))
         drawn[method_label(m)] = mean
     ax.set_xlabel("stage" if x == "stage" else x.replace("_", " "))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(ylabel)
     ax.legend(frameon=False)
     if title:
@@ -589,10 +593,14 @@ def plot_runs(run_dirs, out: Path | str, *, delta: float | None = None) -> list[
     if delta is None:
         d = _flat(read_config(run_dirs[0]), "delta")
         delta = float(d) if isinstance(d, int | float) else None
+    # the score is the exact J in the tabular world, held-out task accuracy for LLM teams
+    backend = _flat(read_config(run_dirs[0]), "backend")
+    kind = backend.get("backend") if isinstance(backend, dict) else backend
+    ylabel = ("held-out team score (J)" if kind == "llm" else "team return J (exact)")
     written = []
     with paper_style():
         if not stages.empty and {"J_before", "J_after"} <= set(stages.columns):
-            written += save_figure(plot_training_curves(stages), out, "training_curve")
+            written += save_figure(plot_training_curves(stages, ylabel=ylabel), out, "training_curve")
         if not steps.empty and "kl" in steps.columns:
             written += save_figure(plot_kl_distribution(steps, delta), out, "kl_distribution")
         if not stages.empty and {"true_improvement", "lower_bound"} <= set(stages.columns):

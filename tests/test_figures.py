@@ -167,10 +167,13 @@ def test_run_set_and_run_log_figures(tmp_path):
 
 
 def test_sat_figures_only_one_study_is_deterministic(tmp_path):
+    stale = tmp_path / "b" / "runs" / "old"
+    stale.mkdir(parents=True)
     for sub in ("a", "b"):
         rc = cli.main(["figures", "--quick", "--only", "fig_certificate_ladder", "--seeds", "1",
-                       "--out", str(tmp_path / sub)])
+                       "--out", str(tmp_path / sub), "--retrain"])
         assert rc == 0
+    assert not stale.exists()  # --retrain clears the cached training runs
         _outputs_ok(tmp_path / sub, "fig_certificate_ladder")
     assert ((tmp_path / "a" / "fig_certificate_ladder.csv").read_bytes()
             == (tmp_path / "b" / "fig_certificate_ladder.csv").read_bytes())

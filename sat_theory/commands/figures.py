@@ -3,13 +3,15 @@
 Runs the study scripts of ``experiments/`` (one per figure or table of the two papers), each
 writing its CSV, PNG and PDF to ``--out``, then writes ``REPORT.md`` there from the CSVs
 (:mod:`experiments.report`). The wall time of every study is recorded in ``timings.json`` and
-reported. The scripts live in the source checkout (``experiments/`` next to ``sat_theory/``).
+reported. Training runs shared by several figures are cached under ``OUT/runs`` (keyed by their
+settings; ``--retrain`` clears them). The scripts live in the source checkout (``experiments/`` next to ``sat_theory/``).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -41,6 +43,9 @@ def add_arguments(p):
                    help=f"comma-separated studies to run (default: all): {', '.join(STUDIES)}")
     p.add_argument("--seeds", type=int, default=None,
                    help="seeds per study (default: the study's quick/full setting)")
+    p.add_argument("--retrain", action="store_true",
+                   help="delete OUT/runs first: training runs are cached there by their "
+                        "settings, not by the code version, so retrain after changing the algorithm")
     p.add_argument("--no-report", action="store_true", help="do not (re)write REPORT.md")
 
 
@@ -77,6 +82,8 @@ def run(args) -> int:
     names = selected(args.only)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.retrain and (out / "runs").is_dir():
+        shutil.rmtree(out / "runs")
     common = import_study("common")
     opts = common.Options(out=out, quick=args.quick, seeds=args.seeds)
     tpath = out / "timings.json"
