@@ -173,8 +173,8 @@ def test_sat_figures_only_one_study_is_deterministic(tmp_path):
         rc = cli.main(["figures", "--quick", "--only", "fig_certificate_ladder", "--seeds", "1",
                        "--out", str(tmp_path / sub), "--retrain"])
         assert rc == 0
-    assert not stale.exists()  # --retrain clears the cached training runs
         _outputs_ok(tmp_path / sub, "fig_certificate_ladder")
+    assert not stale.exists()  # --retrain clears the cached training runs
     assert ((tmp_path / "a" / "fig_certificate_ladder.csv").read_bytes()
             == (tmp_path / "b" / "fig_certificate_ladder.csv").read_bytes())
     rep = (tmp_path / "a" / "REPORT.md").read_text()
