@@ -1,11 +1,14 @@
-"""``sat verify [--quick] [--seed S] [--only NAME[,NAME]] [--json]``.
+"""``sat verify [--quick] [--seed S] [--only NAME[,NAME]] [--json] [--executor serial|process|ray
+[--workers N] [--ray-address ADDR]]``.
 
 Runs every registered check of :mod:`sat_theory.verify` (THEORY.md's results, each checked
 exactly on many toy MDPs), shows a progress bar on stderr and prints a table grouped by
 THEORY section: cases, violations, min slack (true − bound; negative = violated) and tightness
 (median bound/true; 1 = tight), then each check's findings. ``--json`` prints
 ``{"checks": [...], "passed": bool}`` instead. Exit status 0 iff every check passed, 1 if
-one failed, 2 on bad input (e.g. an unknown ``--only`` name).
+one failed, 2 on bad input (e.g. an unknown ``--only`` name). ``--executor`` runs the
+independent checks in a process pool or as Ray tasks (:mod:`sat_theory.executor`); the
+results are those of the serial run but for the timings.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import sys
 import time
 
 from ..errors import InputError
+from ..executor import add_executor_arguments
 from ._io import dumps, table
 
 
@@ -26,6 +30,7 @@ def add_arguments(p):
                    help="run only these checks (comma-separated names)")
     p.add_argument("--json", action="store_true",
                    help='print {"checks": [...], "passed": bool} on stdout')
+    add_executor_arguments(p)
 
 
 def _section_key(section: str):
@@ -88,7 +93,9 @@ def run(args) -> int:
             bar.update(1)
 
     t0 = time.perf_counter()
-    results = run_checks(names, quick=args.quick, seed=args.seed, progress=progress)
+    results = run_checks(names, quick=args.quick, seed=args.seed, progress=progress,
+                         executor=args.executor, workers=args.workers,
+                         ray_address=args.ray_address)
     if bar is not None:
         bar.close()
     passed = all(r.passed for r in results)
