@@ -51,7 +51,7 @@ import numpy as np
 from sat_theory.errors import InputError
 from sat_theory.team import Batch, Episode, Turn
 
-__all__ = ["RayOptions", "AgentWorker", "RayTeam", "build_ray_team"]
+__all__ = ["RayOptions", "AgentWorker", "RayTeam", "ray_options", "build_ray_team"]
 
 
 def _f(default, help_):
@@ -79,6 +79,9 @@ class RayOptions:
                              f"{self.agent_gpus}, {self.agent_cpus}")
         if self.max_restarts < 0 or self.max_task_retries < 0:
             raise InputError("max_restarts and max_task_retries must be >= 0")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
     @classmethod
     def help(cls) -> dict[str, str]:
@@ -520,10 +523,10 @@ class RayTeam:
         self.actors = []
 
 
-def build_ray_team(llm_cfg, args=None, *, out=None, **overrides) -> RayTeam:
-    """A :class:`RayTeam` for ``llm_cfg`` with :class:`RayOptions` from the ``sat train``
-    flags in ``args`` (``--agent-gpus``, ``--agent-cpus``, ``--ray-address``) and
-    ``overrides``; the actors checkpoint under ``out/agents`` when ``out`` is given."""
+def ray_options(args=None, *, out=None, **overrides) -> RayOptions:
+    """:class:`RayOptions` from the ``sat train`` flags in ``args`` (``--agent-gpus``,
+    ``--agent-cpus``, ``--ray-address``; absent ones keep their defaults) and ``overrides``;
+    with ``out`` the actors checkpoint under ``out/agents``."""
     kw = {}
     for name in ("agent_gpus", "agent_cpus", "ray_address"):
         v = getattr(args, name, None) if args is not None else None
@@ -532,4 +535,11 @@ def build_ray_team(llm_cfg, args=None, *, out=None, **overrides) -> RayTeam:
     if out is not None:
         kw["checkpoint_dir"] = str(Path(out) / "agents")
     kw.update(overrides)
-    return RayTeam(llm_cfg, RayOptions(**kw))
+    return RayOptions(**kw)
+
+
+def build_ray_team(llm_cfg, args=None, *, out=None, **overrides) -> RayTeam:
+    """A :class:`RayTeam` for ``llm_cfg`` (an :class:`~sat_llm.team.LLMConfig`) with
+    :func:`ray_options` ``(args, out=out, **overrides)``: what ``sat train --backend llm
+    --executor ray`` builds instead of an :class:`~sat_llm.team.LLMTeam`."""
+    return RayTeam(llm_cfg, ray_options(args, out=out, **overrides))

@@ -19,11 +19,18 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from sat_llm.ray_team import AgentWorker, RayOptions, RayTeam, build_ray_team  # noqa: E402
+from sat_llm.ray_team import (  # noqa: E402
+    AgentWorker,
+    RayOptions,
+    RayTeam,
+    build_ray_team,
+    ray_options,
+)
 from sat_llm.tasks import Problem, Task  # noqa: E402
 from sat_llm.team import LLMConfig, LLMTeam  # noqa: E402
 from sat_llm.train import Runner  # noqa: E402
 from sat_theory.algorithm import TrainConfig  # noqa: E402
+from sat_theory.cli import build_parser, main  # noqa: E402
 from sat_theory.errors import InputError  # noqa: E402
 
 torch.set_num_threads(1)  # the actors get one CPU each, hence one torch thread: same kernels
@@ -173,3 +180,20 @@ def test_bad_options_are_input_errors():
     with pytest.raises(InputError, match="max_restarts"):
         RayOptions(max_restarts=-1)
     assert np.isclose(RayOptions().agent_cpus, 1.0)
+
+
+def test_train_flags_give_ray_options(tmp_path):
+    args = build_parser(only="train").parse_args(
+        ["train", "--backend", "llm", "--executor", "ray", "--agent-gpus", "0.5",
+         "--agent-cpus", "2", "--ray-address", "auto"])
+    assert args.executor == "ray"
+    opts = ray_options(args, out=tmp_path)
+    assert (opts.agent_gpus, opts.agent_cpus, opts.ray_address) == (0.5, 2.0, "auto")
+    assert opts.checkpoint_dir == str(tmp_path / "agents")
+    assert ray_options().to_dict() == RayOptions().to_dict()
+    assert build_parser(only="train").parse_args(["train"]).executor == "serial"
+
+
+def test_tabular_backend_refuses_ray(capsys, tmp_path):
+    rc = main(["train", "--env", "bandit", "--executor", "ray", "--out", str(tmp_path)])
+    assert rc == 2 and "needs --backend llm" in capsys.readouterr().err

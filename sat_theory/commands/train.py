@@ -108,6 +108,29 @@ def add_arguments(p):
     out.add_argument("--out", default=None, help="run folder (config.json, metrics.jsonl)")
     out.add_argument("--quiet", action="store_true", help="no progress bar")
     _llm_args(p)
+    _scale_out_args(p)
+
+
+def _scale_out_args(p) -> None:
+    """``--executor``, ``--agent-gpus``, ``--agent-cpus``, ``--ray-address`` (LLM agents as Ray
+    actors, :mod:`sat_llm.ray_team`); each only if ``sat_llm.cli_args`` has not added it."""
+    have = set(p._option_string_actions)
+    g = p.add_argument_group("scale-out (--backend llm)")
+    if "--executor" not in have:
+        g.add_argument("--executor", choices=("serial", "ray"), default="serial",
+                       help="ray: every agent is a Ray actor owning its model, optimizer and "
+                            "rollout engine (same metrics as serial, the in-process team)")
+    if "--agent-gpus" not in have:
+        g.add_argument("--agent-gpus", type=float, default=0.0,
+                       help="--executor ray: GPUs per agent actor (0: CPU; >1: a GPU group "
+                            "for vLLM tensor parallelism)")
+    if "--agent-cpus" not in have:
+        g.add_argument("--agent-cpus", type=float, default=1.0,
+                       help="--executor ray: CPUs per agent actor")
+    if "--ray-address" not in have:
+        g.add_argument("--ray-address", default=None,
+                       help="--executor ray: cluster to join ('auto' after `ray start --head`; "
+                            "default: start a local one)")
 
 
 # ------------------------------------------------------------------ helpers
@@ -203,6 +226,8 @@ def run(args) -> int:
         except ImportError:
             raise InputError("the LLM backend is not installed: pip install -e '.[llm]'") from None
         return run_train(args)
+    if getattr(args, "executor", "serial") != "serial":
+        raise InputError("--executor ray runs LLM agents as Ray actors; it needs --backend llm")
     from ..metrics import RunWriter
     from ..tabular_team import TabularTeam
 
