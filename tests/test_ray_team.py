@@ -69,8 +69,8 @@ def _records(path):
     return out
 
 
-def _run(team, out, runner_cls=Runner):
-    cfg = TrainConfig(**ALG)
+def _run(team, out, runner_cls=Runner, **alg):
+    cfg = TrainConfig(**{**ALG, **alg})
     runner = runner_cls(team, cfg, out, progress=False)
     runner.run()
     return _records(out / "metrics.jsonl")
@@ -101,24 +101,38 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """The in-process run's metrics records."""
+    """The in-process run's metrics records (one stage of a two-agent team)."""
     out = tmp_path_factory.mktemp("inproc")
-    recs = _run(LLMTeam(llm_cfg()), out)
+    recs = _run(LLMTeam(llm_cfg()), out, stages=1)
     steps = [r for r in recs if r["kind"] == "step"]
-    assert len(steps) == 4 and any(r["opt_steps"] for r in steps)
+    assert len(steps) == 2 and any(r["opt_steps"] for r in steps)
     assert any(r["backtracks"] for r in steps), "the test should exercise restore"
     return recs
 
 
-def test_ray_team_equals_in_process(cluster, reference, tmp_path):
-    team = RayTeam(llm_cfg(), RayOptions(checkpoint_dir=str(tmp_path / "agents")))
+# a heterogeneous team (each actor loads only its own base), a random router (several
+# speakers per turn: sequential sampling, parallel greedy evaluation) and a plug-and-play
+# swap with Stage-0 distillation (new_agent, replace, align's own rollout/update/kl calls)
+HETERO = dict(agents=3, router="random", agent_models=("tiny-random",) * 3)
+SWAP = dict(swap_stage=1, swap_agent=1, swap_kind="random", swap_strategy="stage0",
+            delta_align=5e-4)
+
+
+def test_ray_team_equals_in_process(cluster, tmp_path):
+    ref = _run(LLMTeam(llm_cfg(**HETERO)), tmp_path / "inproc", **SWAP)
+    swap = [r for r in ref if r["kind"] == "swap"]
+    assert len(swap) == 1 and swap[0]["align_steps"] > 0
+    team = RayTeam(llm_cfg(**HETERO), RayOptions(agent_cpus=0.5,
+                                                 checkpoint_dir=str(tmp_path / "agents")))
     try:
-        got = _run(team, tmp_path / "run")
-        pids = {i["pid"] for i in team.info()}
+        got = _run(team, tmp_path / "ray", **SWAP)
+        info = team.info()
     finally:
         team.close()
-    assert len(pids) == 2 and os.getpid() not in pids  # two separate agent processes
-    _assert_same(got, reference)
+    assert [i["k"] for i in info] == [0, 0, 0]  # one base per actor
+    pids = {i["pid"] for i in info}
+    assert len(pids) == 3 and os.getpid() not in pids  # three separate agent processes
+    _assert_same(got, ref)
 
 
 class KillingRunner(Runner):
@@ -137,7 +151,7 @@ class KillingRunner(Runner):
 def test_killed_actor_restarts_from_checkpoint(cluster, reference, tmp_path):
     team = build_ray_team(llm_cfg(), out=tmp_path)
     try:
-        got = _run(team, tmp_path, KillingRunner)
+        got = _run(team, tmp_path, KillingRunner, stages=1)
         info = team.info()
     finally:
         team.close()
