@@ -46,6 +46,29 @@ __all__ = ["FactorizedMDP", "check_distribution_rows"]
 RENORM_TOL = 1e-12
 
 
+def as_real(x, what: str) -> np.ndarray:
+    """``x`` as a float64 array; :class:`InputError` unless it holds real numbers (bool, int or
+    float: no strings, complex numbers or Python objects, which numpy would otherwise convert
+    silently or fail on with an unrelated message)."""
+    x = np.asarray(x)
+    if x.dtype.kind not in "biuf":
+        raise InputError(f"{what} must hold real numbers, got dtype {x.dtype}")
+    return x.astype(np.float64, copy=False)
+
+
+def _as_index(x, what: str) -> np.ndarray:
+    """``x`` as an int64 array of integral values (integer dtype, or floats that are whole)."""
+    x = np.asarray(x)
+    if x.dtype.kind in "iu":
+        return x  # kept as is: CSR index arrays stay int32 (half the memory at S=10⁶)
+    if x.dtype.kind == "b":
+        return x.astype(np.int64)
+    if x.dtype.kind == "f" and np.all(np.isfinite(x)) and np.all(x == np.round(x)):
+        return x.astype(np.int64)
+    raise InputError(f"{what} must hold integers, got {x.dtype} values"
+                     f"{'' if x.dtype.kind != 'f' else ' that are not whole numbers'}")
+
+
 def check_distribution_rows(x: np.ndarray, what: str, axis: int = -1, *,
                             copy: bool = True) -> np.ndarray:
     """Validate that ``x`` holds probability vectors along ``axis``; return them renormalised.
@@ -56,7 +79,7 @@ def check_distribution_rows(x: np.ndarray, what: str, axis: int = -1, *,
     within ``RENORM_TOL`` of 1: then ``x`` is returned unchanged (a copy unless
     ``copy=False``), so that a saved MDP or policy loads back bit for bit.
     """
-    x = np.asarray(x, dtype=np.float64)
+    x = as_real(x, what)
     if x.size == 0:
         return x.copy() if copy else x
     # Two passes over x instead of one per check: NaN/inf propagate into the min and the sums.
@@ -82,17 +105,17 @@ def check_distribution_rows(x: np.ndarray, what: str, axis: int = -1, *,
 
 
 def _check_gamma(gamma) -> float:
-    try:
-        g = float(np.asarray(gamma).item())
-    except (TypeError, ValueError):
-        raise InputError(f"gamma must be a number, got {gamma!r}") from None
+    arr = np.asarray(gamma)
+    if arr.dtype.kind not in "biuf" or arr.size != 1:
+        raise InputError(f"gamma must be a number, got {gamma!r}")
+    g = float(arr.reshape(()))
     if not (0.0 < g < 1.0):
         raise InputError(f"gamma must lie in (0, 1), got {g:g}")
     return g
 
 
 def _check_finite(x: np.ndarray, what: str) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
+    x = as_real(x, what)
     if not np.all(np.isfinite(x)):
         raise InputError(f"{what} contains NaN or infinite entries")
     return x
@@ -186,11 +209,13 @@ class FactorizedMDP:
         their action (checked to ``SUM_TOL``). ``copy=False`` lets the MDP keep a valid
         float64 ``P`` as given instead of copying it (for arrays nobody else holds).
         """
-        P = np.asarray(P, dtype=np.float64)
+        P = as_real(P, "P")
         R = _check_finite(R, "R")
         if P.ndim < 3:
             raise InputError(f"P must have shape (S, A_1, ..., A_n, S), got ndim {P.ndim}")
         S = P.shape[0]
+        if S == 0:
+            raise InputError("the MDP has no states (P has shape with S = 0)")
         counts = tuple(int(a) for a in P.shape[1:-1])
         if P.shape[-1] != S:
             raise InputError(f"P has shape {P.shape}: first and last axes must both be S")
@@ -250,21 +275,20 @@ class FactorizedMDP:
         if R.ndim != 2:
             raise InputError(f"R must have shape (S, A), got {R.shape}")
         S, A = R.shape
+        if S == 0:
+            raise InputError("the MDP has no states (R has shape with S = 0)")
         if A < 1:
             raise InputError("turn-taking MDP needs at least one action")
-        try:
-            n = int(np.asarray(n_agents).item())
-        except (TypeError, ValueError):
-            raise InputError(f"n_agents must be an integer, got {n_agents!r}") from None
+        n_arr = np.asarray(n_agents)
+        if n_arr.size != 1:
+            raise InputError(f"n_agents must be an integer, got shape {n_arr.shape}")
+        n = int(_as_index(n_arr.reshape(()), "n_agents"))
         if n < 1:
             raise InputError(f"n_agents must be >= 1, got {n}")
         turn = np.asarray(turn)
         if turn.shape != (S,):
             raise InputError(f"turn has shape {turn.shape}, expected {(S,)}")
-        if not np.issubdtype(turn.dtype, np.integer):
-            if not np.all(np.isfinite(turn)) or not np.all(turn == np.round(turn)):
-                raise InputError("turn must hold integer agent indices")
-        turn = turn.astype(np.int64)
+        turn = _as_index(turn, "turn (integer agent indices)").astype(np.int64, copy=False)
         if turn.min() < 0 or turn.max() >= n:
             bad = int(np.flatnonzero((turn < 0) | (turn >= n))[0])
             raise InputError(
@@ -273,7 +297,7 @@ class FactorizedMDP:
         if sp.issparse(P):
             P = _check_csr(P, S * A, S, "P")
         else:
-            P = np.asarray(P, dtype=np.float64)
+            P = as_real(P, "P")
             if P.shape != (S, A, S):
                 raise InputError(f"P has shape {P.shape}, expected {(S, A, S)} (S, A, S)")
             P = np.ascontiguousarray(check_distribution_rows(P, "P", copy=copy))
@@ -320,10 +344,11 @@ class FactorizedMDP:
             if R.ndim != 2:
                 raise InputError(f"R must have shape (S, A), got {R.shape}")
             S, A = R.shape
+            P_data = as_real(data["P_data"], "P_data")
+            P_indices = _as_index(data["P_indices"], "P_indices")
+            P_indptr = _as_index(data["P_indptr"], "P_indptr")
             try:
-                P = sp.csr_matrix(
-                    (data["P_data"], data["P_indices"], data["P_indptr"]), shape=(S * A, S)
-                )
+                P = sp.csr_matrix((P_data, P_indices, P_indptr), shape=(S * A, S))
                 P.check_format(full_check=True)
             except (ValueError, TypeError, IndexError) as e:
                 raise InputError(f"malformed CSR arrays P_data/P_indices/P_indptr: {e}") from None

@@ -17,7 +17,7 @@ import numpy as np
 from scipy.special import softmax
 
 from .errors import InputError
-from .mdp import FactorizedMDP, _load_npz, check_distribution_rows, save_npz_atomic
+from .mdp import FactorizedMDP, _load_npz, as_real, check_distribution_rows, save_npz_atomic
 
 __all__ = ["TeamPolicy", "joint_policy", "kl_rows", "tv_rows", "joint_kl", "joint_tv",
            "marginal_advantage", "expected_advantage"]
@@ -48,7 +48,7 @@ class TeamPolicy:
             raise InputError(f"{what} has {len(factors)} factors, the MDP has {mdp.n_agents} agents")
         out = []
         for j, f in enumerate(factors):
-            f = np.asarray(f, dtype=np.float64)
+            f = as_real(f, f"{what} factor pi_{j}")
             want = (mdp.n_states, mdp.action_counts[j])
             if f.shape != want:
                 raise InputError(f"{what} factor pi_{j} has shape {f.shape}, expected {want}")
