@@ -143,7 +143,7 @@ BAD_MDP_CASES = [
      r"turn\[0\] = 3 is not an agent index"),
     ("turn-negative", "sparse", _set("turn", lambda a: np.r_[a["turn"][:-1], -1]),
      r"is not an agent index"),
-    ("turn-not-integer", "turn", _set("turn", lambda a: a["turn"] + 0.5), r"turn must hold integer"),
+    ("turn-not-integer", "turn", _set("turn", lambda a: a["turn"] + 0.5), r"turn .*must hold integers"),
     ("n_agents-zero", "turn", _set("n_agents", lambda a: np.int64(0)), r"n_agents must be >= 1"),
     ("csr-index-out-of-range", "sparse", _sparse_bad_index, r"malformed CSR"),
     ("masked-P-depends-on-inactive", "masked", _depends_on_inactive("P"),
@@ -152,6 +152,22 @@ BAD_MDP_CASES = [
      r"depends on the action of agent \d where it is inactive"),
     ("active-empty-state", "masked", _no_active_agent, r"state 0 has no active agent"),
     ("active-not-boolean", "masked", _set("active", lambda a: a["active"] * 2), r"active must be boolean"),
+    # dtypes numpy would convert silently or fail on with an unrelated message
+    ("P-strings", "turn", _set("P", lambda a: a["P"].astype(str)), r"P must hold real numbers"),
+    ("R-strings", "factored", _set("R", lambda a: np.full(a["R"].shape, "x")), r"R must hold real numbers"),
+    ("P-complex", "factored", _set("P", lambda a: a["P"].astype(complex)), r"P must hold real numbers"),
+    ("gamma-string", "turn", _set("gamma", lambda a: np.array("0.9")), r"gamma"),
+    ("rho0-strings", "sparse", _set("rho0", lambda a: a["rho0"].astype(str)), r"rho0 must hold real numbers"),
+    ("turn-strings", "turn", _set("turn", lambda a: a["turn"].astype(str)), r"turn .*must hold integers"),
+    ("n_agents-fraction", "turn", _set("n_agents", lambda a: np.float64(2.5)), r"n_agents must hold integers"),
+    ("indptr-float", "sparse", _set("P_indptr", lambda a: a["P_indptr"] + 0.5), r"P_indptr must hold integers"),
+    ("indices-float", "sparse", _set("P_indices", lambda a: a["P_indices"] * 1.0 + 0.25), r"P_indices must hold integers"),
+    ("indptr-short", "sparse", _set("P_indptr", lambda a: a["P_indptr"][:-1]), r"malformed CSR"),
+    ("no-states", "turn", lambda a: a.update(P=np.zeros((0, 2, 0)), R=np.zeros((0, 2)),
+                                             turn=np.zeros(0, int), rho0=np.zeros(0)), r"no states"),
+    ("no-states-factored", "factored", lambda a: a.update(P=np.zeros((0, 2, 3, 0)), R=np.zeros((0, 2, 3)),
+                                                          rho0=np.zeros(0), active=np.zeros((0, 2), bool)),
+     r"no states"),
 ]
 
 

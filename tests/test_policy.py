@@ -68,6 +68,8 @@ BAD_POLICY_CASES = [
     ("wrong-actions", _edit("pi_2", lambda x: np.full((5, 3), 1 / 3)), r"pi_2 has shape"),
     ("missing-factor", _drop("pi_1"), r"missing key\(s\) pi_1"),
     ("extra-factor", lambda a: a.update(pi_3=a["pi_0"]), r"factor\(s\) pi_3 but the MDP has 3 agents"),
+    ("strings", _edit("pi_1", lambda x: x.astype(str)), r"pi_1 must hold real numbers"),
+    ("complex", _edit("pi_2", lambda x: x.astype(complex)), r"pi_2 must hold real numbers"),
 ]
 
 
