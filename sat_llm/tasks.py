@@ -79,16 +79,17 @@ class Task:
     def _generate(self, rng: random.Random) -> Problem:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def problems(self, split: str, n: int, seed: int = 0) -> list[Problem]:
-        """``n`` problems of ``split`` ("train" or "eval"); eval excludes train prompts of the
-        same seed (the first ``n_train_guard`` of them)."""
+    def problems(self, split: str, n: int, seed: int = 0, exclude=None) -> list[Problem]:
+        """``n`` distinct problems of ``split`` ("train" or "eval") from a seeded stream.
+        ``exclude``: prompts never returned (the team passes its training pool to the eval
+        split); by default the eval split excludes the first 2000 prompts of the train stream."""
         if split not in ("train", "eval"):
             raise InputError(f"split must be 'train' or 'eval', got {split!r}")
         if n < 1:
             raise InputError(f"number of problems must be >= 1, got {n}")
         rng = random.Random(f"{self.name}|{split}|{seed}")
-        banned: set[str] = set()
-        if split == "eval":
+        banned: set[str] = set(exclude or ())
+        if split == "eval" and exclude is None:
             trng = random.Random(f"{self.name}|train|{seed}")
             banned = {self._generate(trng).prompt for _ in range(2000)}
         out, seen, tries = [], set(), 0
@@ -434,7 +435,7 @@ class JsonlTask(Task):
             raise InputError(f"{path}: need at least 2 prompt/answer lines, found {len(self.items)}")
         self.eval_fraction = eval_fraction
 
-    def problems(self, split, n, seed=0):
+    def problems(self, split, n, seed=0, exclude=None):
         if split not in ("train", "eval"):
             raise InputError(f"split must be 'train' or 'eval', got {split!r}")
         order = list(range(len(self.items)))

@@ -153,7 +153,8 @@ class LLMTeam:
         if self.task.multi_turn and not cfg.turns:
             self.protocol.turns = 2 * cfg.agents  # interactive tasks need several rounds
         self.train_pool = self.task.problems("train", cfg.n_train, cfg.seed)
-        self.eval_set = self.task.problems("eval", cfg.n_eval, cfg.seed)
+        self.eval_set = self.task.problems("eval", cfg.n_eval, cfg.seed,
+                                           exclude={p.prompt for p in self.train_pool})
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
