@@ -33,8 +33,11 @@ parameters (update, restore, replace, reset, load), and is created with ``max_re
 constructor (only when Ray reports a reconstruction, so a fresh run never picks up an old
 file), and a call that was in flight is retried. Every actor call is a deterministic
 function of the actor's checkpointed state and the call's arguments (the sampling RNG
-state travels with the call), so a retried call returns what the lost one would have and
-nothing is lost. On several machines ``checkpoint_dir`` must be on a shared filesystem.
+state travels with the call), so a retried call returns what the lost one would have. A
+parameter-changing call carries a unique id that is checkpointed with its result, so a
+retry of a call whose checkpoint was already written (the actor died before replying)
+returns that result instead of updating twice. Nothing is lost and nothing is repeated. On
+several machines ``checkpoint_dir`` must be on a shared filesystem.
 """
 
 from __future__ import annotations
@@ -88,6 +91,11 @@ class RayOptions:
         return {f.name: f.metadata["help"] for f in fields(cls)}
 
 
+def _call_id() -> str:
+    """A unique id for a parameter-changing actor call (see :meth:`AgentWorker._once`)."""
+    return uuid.uuid4().hex
+
+
 def _stop_ids(tok) -> list[int]:
     """The stop tokens of :meth:`sat_llm.team.LLMTeam._run_episodes` (eos and ``<|im_end|>``)."""
     return sorted({tok.eos_token_id, *([tok.convert_tokens_to_ids("<|im_end|>")]
@@ -125,6 +133,7 @@ class AgentWorker:
         self._batch: tuple | None = None  # (key, Batch): stable objects keep LLMTeam's
         self._refs: dict = {}  # reference-logprob cache (keyed by id()) warm across calls
         self.ckpt = Path(checkpoint_dir) / f"agent{agent}" if checkpoint_dir else None
+        self._last_call: tuple = (None, None)  # (id, result) of the last changing call
         self.reconstructed = self._reconstructed()
         self.loaded_checkpoint = False
         if self.ckpt is not None and self.reconstructed and (self.ckpt / CHECKPOINT).is_file():
@@ -152,6 +161,9 @@ class AgentWorker:
         t, k = self.team, self.k
         return dict(weights=t._get_weights(k), optim=t._opt[k].state_dict(), version=t._version[k])
 
+    def _checkpoint(self) -> dict:
+        return dict(self._state(), last_call=self._last_call)
+
     def _load(self, d: dict) -> None:
         t, k = self.team, self.k
         t._set_weights(k, d["weights"])
@@ -159,6 +171,7 @@ class AgentWorker:
         t._opt[k].load_state_dict(d["optim"])
         t._version[k] = int(d["version"])
         t._ref_cache = None
+        self._last_call = tuple(d.get("last_call", (None, None)))
 
     def _save(self) -> None:
         if self.ckpt is None:
@@ -166,7 +179,19 @@ class AgentWorker:
         from .checkpoint import save_checkpoint
 
         self.ckpt.mkdir(parents=True, exist_ok=True)
-        save_checkpoint(self.ckpt, self._state())
+        save_checkpoint(self.ckpt, self._checkpoint())
+
+    def _once(self, call_id, fn):
+        """Run a parameter-changing call exactly once, then checkpoint (state and the call's
+        id and result together). A call retried by Ray after a crash that came after the
+        checkpoint returns the recorded result instead of changing the parameters twice; a
+        crash before it left the previous checkpoint, which the retry starts from."""
+        if call_id is not None and self._last_call[0] == call_id:
+            return self._last_call[1]
+        out = fn()
+        self._last_call = (call_id, out)
+        self._save()
+        return out
 
     # ------------------------------------------------------------ helpers
     def _public(self, snap):
@@ -195,10 +220,11 @@ class AgentWorker:
         self._batch = (key, batch)
         return batch
 
-    def _set_version(self, before: int, new_version: int) -> bool:
-        """Renumber a bump of the inner team with the proxy's team-wide counter."""
+    def _set_version(self, counter_before: int, new_version: int) -> bool:
+        """Renumber a bump of the inner team with the proxy's team-wide counter (LLMTeam's
+        own counter advances on every bump; its values are not the proxy's)."""
         t = self.team
-        bumped = t._version[self.k] != before
+        bumped = t._version_counter != counter_before
         if bumped:
             t._version[self.k] = int(new_version)
         return bumped
@@ -242,17 +268,20 @@ class AgentWorker:
                 torch.get_rng_state() if rng_state is not None else None)
 
     def update(self, key, batch, advantages, beta, reference, step_scale, correction,
-               new_version):
-        t = self.team
-        before = t._version[self.k]
-        t.last_update.pop(self.k, None)
-        info = t.update(self.k, self._stable(key, batch), advantages, beta,
-                        self._inner(reference, reference=True),
-                        step_scale=step_scale, correction=correction)
-        bumped = self._set_version(before, new_version)
-        if bumped:
-            self._save()
-        return info, bumped, self.k in t.last_update
+               new_version, call_id=None):
+        """LLMTeam.update of this agent; ``(info, bumped, recorded)``: did the parameters
+        change (the proxy then advances its version counter), and did LLMTeam record
+        ``info`` as ``last_update``."""
+        def run():
+            t = self.team
+            before = t._version_counter
+            t.last_update.pop(self.k, None)
+            info = t.update(self.k, self._stable(key, batch), advantages, beta,
+                            self._inner(reference, reference=True),
+                            step_scale=step_scale, correction=correction)
+            return info, self._set_version(before, new_version), self.k in t.last_update
+
+        return self._once(call_id, run)
 
     def kl(self, key, batch, reference) -> dict:
         return self.team.kl(self.k, self._stable(key, batch), self._inner(reference, reference=True))
@@ -260,29 +289,31 @@ class AgentWorker:
     def snapshot(self):
         return self._public(self.team.snapshot(self.k))
 
-    def restore(self, snap) -> None:
-        self.team.restore(self.k, self._inner(snap))
-        self._save()
+    def restore(self, snap, call_id=None) -> None:
+        self._once(call_id, lambda: self.team.restore(self.k, self._inner(snap)))
 
     def new_agent(self, kind: str, seed: int):
         return self._public(self.team.new_agent(self.k, kind, seed))
 
-    def replace(self, new, new_version: int) -> None:
-        self.team.replace(self.k, self._inner(new))
-        self.team._version[self.k] = int(new_version)
-        self._save()
+    def replace(self, new, new_version: int, call_id=None) -> None:
+        def run():
+            self.team.replace(self.k, self._inner(new))
+            self.team._version[self.k] = int(new_version)
 
-    def reset(self, new_version: int) -> None:
-        self.team.reset([self.k])
-        self.team._version[self.k] = int(new_version)
-        self._save()
+        self._once(call_id, run)
+
+    def reset(self, new_version: int, call_id=None) -> None:
+        def run():
+            self.team.reset([self.k])
+            self.team._version[self.k] = int(new_version)
+
+        self._once(call_id, run)
 
     def state(self) -> dict:
         return self._state()
 
-    def load_state(self, d: dict) -> None:
-        self._load(d)
-        self._save()
+    def load_state(self, d: dict, call_id=None) -> None:
+        self._once(call_id, lambda: self._load(d))
 
 
 class RayTeam:
@@ -446,7 +477,7 @@ class RayTeam:
         return self._get(self.actors[agent].snapshot.remote())
 
     def restore(self, agent: int, snap) -> None:
-        self._get(self.actors[agent].restore.remote(snap))
+        self._get(self.actors[agent].restore.remote(snap, _call_id()))
         self._version[agent] = snap.version
 
     @staticmethod
@@ -463,7 +494,7 @@ class RayTeam:
         adv = None if advantages is None else np.asarray(advantages, dtype=np.float64)
         info, bumped, recorded = self._get(self.actors[agent].update.remote(
             key, sub, adv, float(beta), self._as_reference(reference), float(step_scale),
-            correction, self._next_version()))
+            correction, self._next_version(), _call_id()))
         if bumped:
             self._bump(agent)
         if recorded:
@@ -481,12 +512,12 @@ class RayTeam:
         return self._get(self.actors[agent].new_agent.remote(kind, int(seed)))
 
     def replace(self, agent: int, new) -> None:
-        self._get(self.actors[agent].replace.remote(new, self._next_version()))
+        self._get(self.actors[agent].replace.remote(new, self._next_version(), _call_id()))
         self._bump(agent)
 
     def reset(self, agents) -> None:
         for j in agents:  # one version bump per agent, in order (as LLMTeam)
-            self._get(self.actors[j].reset.remote(self._next_version()))
+            self._get(self.actors[j].reset.remote(self._next_version(), _call_id()))
             self._bump(j)
 
     def align(self, agent: int, new, delta_align: float, form: str):
@@ -506,7 +537,7 @@ class RayTeam:
 
     def load_state_dict(self, d: dict) -> None:
         self._get([a.load_state.remote(dict(weights=d["weights"][j], optim=d["optim"][j],
-                                            version=d["version"][j]))
+                                            version=d["version"][j]), _call_id())
                    for j, a in enumerate(self.actors)])
         self._torch_rng = d["torch_rng"].clone()
         self.rng.bit_generator.state = d["np_rng"]

@@ -32,6 +32,7 @@ from sat_llm.train import Runner  # noqa: E402
 from sat_theory.algorithm import TrainConfig  # noqa: E402
 from sat_theory.cli import build_parser, main  # noqa: E402
 from sat_theory.errors import InputError  # noqa: E402
+from sat_theory.team import Batch, Episode  # noqa: E402
 
 torch.set_num_threads(1)  # the actors get one CPU each, hence one torch thread: same kernels
 
@@ -211,3 +212,27 @@ def test_train_flags_give_ray_options(tmp_path):
 def test_tabular_backend_refuses_ray(capsys, tmp_path):
     rc = main(["train", "--env", "bandit", "--executor", "ray", "--out", str(tmp_path)])
     assert rc == 2 and "needs --backend llm" in capsys.readouterr().err
+
+
+def test_retried_update_is_applied_once(tmp_path, monkeypatch):
+    """An actor that died after checkpointing an update but before replying: Ray retries
+    the call on the restarted actor, which returns the recorded result (no second step); a
+    new call id does step again."""
+    team = LLMTeam(llm_cfg())
+    batch = team.rollout(2, 2)
+    sub = Batch(episodes=[Episode(0, [t for _, t in batch.turns_of(0)], 0.0)],
+                rollout_id=batch.rollout_id)
+    adv = np.linspace(-1, 1, len(sub.turns_of(0)))
+    w = AgentWorker(llm_cfg().to_dict(), 0, str(tmp_path))
+    ref = w.snapshot()
+    args = ("b1", sub, adv, 0.1, ref, 1.0, "none", 1)
+    first = w.update(*args, call_id="c1")
+    assert first[1] and first[0]["opt_steps"] >= 1
+    after = w.state()["weights"]
+    monkeypatch.setattr(AgentWorker, "_reconstructed", staticmethod(lambda: True))
+    w2 = AgentWorker(llm_cfg().to_dict(), 0, str(tmp_path))  # the restarted actor
+    assert w2.info()["loaded_checkpoint"] and w2.info()["version"] == 1
+    assert w2.update(*args, call_id="c1") == first
+    assert all(torch.equal(w2.state()["weights"][k], after[k]) for k in after)
+    again = w2.update(*args[:-1], 2, call_id="c2")
+    assert again[1] and any(not torch.equal(w2.state()["weights"][k], after[k]) for k in after)
