@@ -483,13 +483,16 @@ class LLMTeam:
 
     # ---------------------------------------------------------------- plug-and-play
     def new_agent(self, agent: int, kind: str, seed: int) -> AgentSnapshot:
-        """A replacement for ``agent`` on its base: ``random`` — a LoRA adapter with both
-        factors randomly initialised (a perturbed policy); ``stronger`` — the agent's current
-        adapter trained further is not available without data, so it is also a fresh
-        adapter, scaled smaller (the perturbation of a 'nearby' model)."""
+        """A replacement for ``agent`` on its base (plug-and-play): ``random`` — a LoRA
+        adapter with both factors drawn at random (seeded; a perturbed policy). A
+        ``stronger`` agent needs a stronger model, which this backend cannot invent: that
+        kind is refused with a one-line message."""
+        if kind != "random":
+            raise InputError(f"the LLM backend builds only 'random' replacement agents, not "
+                             f"{kind!r} (use --swap-kind random)")
         gen = torch.Generator().manual_seed(int(seed))
-        scale = 0.05 if kind == "random" else 0.02
-        w = {k: torch.randn(v.shape, generator=gen) * scale for k, v in self._get_weights(agent).items()}
+        w = {k: torch.randn(v.shape, generator=gen) * 0.05
+             for k, v in self._get_weights(agent).items()}
         return AgentSnapshot(agent, self._agent_base[agent], w, None, -1 - int(seed))
 
     def replace(self, agent: int, new: AgentSnapshot) -> None:
