@@ -161,7 +161,7 @@ def _load_hf(path: Path | str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype="float32")
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
     return model.float().eval(), tok
 
 
