@@ -38,5 +38,9 @@ def add_arguments(p) -> None:
     g.add_argument("--lora-r", type=int, default=8, help="LoRA rank")
     g.add_argument("--n-train", type=int, default=512, help="training problems in the pool")
     g.add_argument("--n-eval", type=int, default=32, help="held-out problems (team accuracy)")
+    g.add_argument("--engine", default="hf",
+                   help="rollout engine: hf (transformers) | vllm (GPU multi-LoRA; NOT exercised yet)")
+    g.add_argument("--threads", type=int, default=0,
+                   help="torch CPU threads (0: torch's default; 1 is fastest on a busy machine)")
     g.add_argument("--resume", default=None, metavar="DIR",
                    help="continue the killed run in DIR from its last checkpoint")

@@ -66,7 +66,8 @@ def build_llm_config(args):
                      router=args.router, turns=args.turns, max_new_tokens=args.max_new_tokens,
                      temperature=args.temperature, lora_r=args.lora_r, lr=args.llm_lr,
                      epochs=args.llm_epochs, minibatch=args.minibatch, gamma=args.gamma,
-                     n_train=args.n_train, n_eval=args.n_eval, seed=args.seed)
+                     n_train=args.n_train, n_eval=args.n_eval, seed=args.seed,
+                     engine=args.engine, threads=args.threads)
 
 
 def _apply_defaults(args) -> None:
@@ -209,6 +210,13 @@ def run_train(args) -> int:
     if (out / "checkpoint.pt").exists():
         raise InputError(f"{out} holds a run already; use --resume {out} to continue it")
     cfg = build_config(args, args.agents, sampled=True)
+    if cfg.swap_stage is not None:  # fail now, not after the stages before the swap
+        if cfg.swap_kind != "random":
+            raise InputError("the LLM backend builds only 'random' replacement agents "
+                             "(use --swap-kind random)")
+        if cfg.swap_strategy == "stage0" and cfg.stage0_form != "distill":
+            raise InputError("the LLM backend's Stage-0 is the TeamTR distillation "
+                             "(--stage0-form distill)")
     llm_cfg = build_llm_config(args)
     from .team import LLMTeam
 
