@@ -86,7 +86,7 @@ def run(args) -> int:
             targets += [{"benchmark": name, **t} for t in res.get("targets", [])]
             if not args.json:
                 print(flush=True)
-    machine = common.machine_info()
+        machine = common.machine_info()  # inside the limit: it reports the threads used
     if args.json:
         print(dumps({"machine": machine, "benchmarks": results, "targets": targets}))
         return 0
