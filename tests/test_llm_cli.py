@@ -81,3 +81,18 @@ def test_gguf_package_missing_one_line(tmp_path, capsys, monkeypatch):
 def test_resume_without_checkpoint_one_line(tmp_path, capsys):
     rc = main(["train", "--backend", "llm", "--resume", str(tmp_path)])
     _one_line_error(capsys, rc, "no run to resume")
+
+
+def test_plug_and_play_stage0_swap_is_logged(tmp_path, capsys):
+    out = tmp_path / "swap"
+    k = TINY.index("--stages") + 1
+    args = TINY[:k] + ["2"] + TINY[k + 1:]
+    rc = main(args + ["--swap-stage", "1", "--swap-kind", "random", "--swap-strategy", "stage0",
+                      "--delta-align", "1e-4", "--out", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    swap = [r for r in recs if r["kind"] == "swap"]
+    assert len(swap) == 1 and swap[0]["stage"] == 1 and swap[0]["strategy"] == "stage0"
+    s = swap[0]
+    assert s["align_kl_end"] <= s["align_kl_start"] and s["align_kl_start"] > 0
+    assert s["align_reached"] == (s["align_kl_end"] <= 1e-4)
