@@ -350,8 +350,9 @@ class RayTeam:
         self.last_eval: list = []
         self._ray = ray = _ray(self.opts.ray_address)
         self.checkpoint_dir = self.opts.checkpoint_dir or tempfile.mkdtemp(prefix="sat_ray_team_")
-        worker = ray.remote(AgentWorker)
         o = self.opts
+        self._check_resources(ray.cluster_resources())
+        worker = ray.remote(AgentWorker)
         self.actors = [worker.options(num_cpus=o.agent_cpus, num_gpus=o.agent_gpus,
                                       max_restarts=o.max_restarts,
                                       max_task_retries=o.max_task_retries)
@@ -361,6 +362,15 @@ class RayTeam:
         self._torch_rng = infos[0]["init_torch_rng"]
 
     # ---------------------------------------------------------------- plumbing
+    def _check_resources(self, have: dict) -> None:
+        """Refuse a team the cluster can never place (its actors would wait forever)."""
+        n, o = self.n_agents, self.opts
+        for key, per in (("CPU", o.agent_cpus), ("GPU", o.agent_gpus)):
+            if per > 0 and n * per > have.get(key, 0) + 1e-9:
+                flag = "--agent-cpus" if key == "CPU" else "--agent-gpus"
+                raise InputError(f"{n} agents x {per:g} {key} ({flag}) exceed the Ray "
+                                 f"cluster's {have.get(key, 0):g} {key}")
+
     def _get(self, ref):
         return self._ray.get(ref)
 

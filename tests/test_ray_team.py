@@ -189,6 +189,13 @@ def test_worker_snapshot_round_trip_without_ray(tmp_path):
         w.restore(bad)
 
 
+def test_team_larger_than_cluster_is_refused(cluster):
+    with pytest.raises(InputError, match="exceed the Ray cluster's 2 CPU"):
+        RayTeam(llm_cfg(agents=3))  # 3 agents x 1 CPU on a 2-CPU cluster
+    with pytest.raises(InputError, match="--agent-gpus"):
+        RayTeam(llm_cfg(), RayOptions(agent_gpus=1))
+
+
 def test_bad_options_are_input_errors():
     with pytest.raises(InputError, match="agent_gpus"):
         RayOptions(agent_gpus=-1)
