@@ -40,6 +40,7 @@ from scipy.special import logsumexp
 
 from sat_theory.certificates import StageCertificate, intermediate_policies, stage_certificate
 from sat_theory.evaluate import Evaluation, evaluate
+from sat_theory.executor import add_executor_arguments
 from sat_theory.mdp import FactorizedMDP
 from sat_theory.policy import TeamPolicy, factor_kl, marginal_advantage
 
@@ -56,6 +57,13 @@ class Options:
     quick: bool = field(default=False, metadata={"help": "small settings (smoke run, < 5 min total)"})
     seeds: int | None = field(default=None, metadata={
         "help": "number of seeds (default: the script's quick/full setting)"})
+    executor: str = field(default="serial", metadata={
+        "help": "where independent training runs execute: serial | process | ray"})
+    workers: int | None = field(default=None, metadata={"help": "process-pool size"})
+    ray_address: str | None = field(default=None, metadata={"help": "Ray cluster address"})
+
+    def executor_kwargs(self) -> dict:
+        return dict(executor=self.executor, workers=self.workers, ray_address=self.ray_address)
 
     def n_seeds(self, quick: int, full: int) -> int:
         return self.seeds if self.seeds is not None else (quick if self.quick else full)
@@ -66,8 +74,10 @@ def parse_options(argv=None, description: str = "") -> Options:
     p.add_argument("--out", type=Path, default=Path("figures"), help="output directory")
     p.add_argument("--quick", action="store_true", help="small settings (smoke run)")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds")
+    add_executor_arguments(p)
     a = p.parse_args(argv)
-    return Options(out=a.out, quick=a.quick, seeds=a.seeds)
+    return Options(out=a.out, quick=a.quick, seeds=a.seeds, executor=a.executor,
+                   workers=a.workers, ray_address=a.ray_address)
 
 
 def write_csv(df: pd.DataFrame, out: Path, name: str) -> Path:

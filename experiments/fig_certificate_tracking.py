@@ -26,7 +26,7 @@ COLUMNS = ["method", "seed", "stage", "true_improvement", *BOUNDS, "empirical_ce
 
 def run(opts: Options) -> list[Path]:
     rs = main_runset(opts.quick, opts.seeds)
-    ensure_runs(opts.out, rs)
+    ensure_runs(opts.out, rs, **opts.executor_kwargs())
     _, stages, _ = load(opts.out, rs)
     df = stages[stages.method == "sat"]
     df = df[[c for c in COLUMNS if c in df.columns]]

@@ -28,7 +28,7 @@ COLUMNS = ["method", "seed", "stage", "step", "agent", "kl", "delta", "delta_i",
 
 def run(opts: Options) -> list[Path]:
     rs = main_runset(opts.quick, opts.seeds)
-    ensure_runs(opts.out, rs)
+    ensure_runs(opts.out, rs, **opts.executor_kwargs())
     steps, _, _ = load(opts.out, rs)
     df = steps[[c for c in COLUMNS if c in steps.columns]]
     paths = [write_csv(df, opts.out, NAME)]

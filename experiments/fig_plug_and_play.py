@@ -92,7 +92,7 @@ def summary(stages: pd.DataFrame, swaps: pd.DataFrame) -> pd.DataFrame:
 
 def run(opts: Options) -> list[Path]:
     rs = runset(opts)
-    ensure_runs(opts.out, rs)
+    ensure_runs(opts.out, rs, **opts.executor_kwargs())
     _, stages, swaps = load(opts.out, rs)
     traj = trajectories(stages, swaps)
     paths = [write_csv(traj, opts.out, NAME),

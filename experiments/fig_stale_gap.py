@@ -31,7 +31,7 @@ COLUMNS = ["method", "seed", "stage", "step", "agent", "L_seq", "L_stale", "surr
 
 def run(opts: Options) -> list[Path]:
     rs = main_runset(opts.quick, opts.seeds)
-    ensure_runs(opts.out, rs)
+    ensure_runs(opts.out, rs, **opts.executor_kwargs())
     steps, _, _ = load(opts.out, rs)
     df = steps[steps.method.isin(["sat", "naive"])]
     df = df[[c for c in COLUMNS if c in df.columns]].copy()

@@ -41,7 +41,7 @@ def run(opts: Options) -> list[Path]:
               ("exact (infinite samples), n=8", exact_runset(opts))]
     frames = []
     for setting, rs in panels:
-        ensure_runs(opts.out, rs)
+        ensure_runs(opts.out, rs, **opts.executor_kwargs())
         _, stages, _ = load(opts.out, rs)
         df = stages[[c for c in COLUMNS if c in stages.columns]].copy()
         df.insert(0, "setting", setting)

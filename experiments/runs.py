@@ -30,6 +30,7 @@ import pandas as pd
 
 from sat_theory.algorithm import TrainConfig, train
 from sat_theory.envs import random_mdp
+from sat_theory.executor import map_tasks
 from sat_theory.metrics import RunWriter
 from sat_theory.plotting import load_runs
 from sat_theory.policy import TeamPolicy
@@ -82,8 +83,14 @@ def run_dir(out: Path, rs: RunSet, variant: str, seed: int) -> Path:
     return Path(out) / "runs" / rs.name / f"{variant}_s{seed}"
 
 
-def ensure_runs(out: Path, rs: RunSet, *, quiet: bool = False) -> list[Path]:
-    """Train every (variant, seed) of ``rs`` unless the same spec's runs are already there."""
+def ensure_runs(out: Path, rs: RunSet, *, quiet: bool = False, executor: str = "serial",
+                workers: int | None = None, ray_address: str | None = None) -> list[Path]:
+    """Train every (variant, seed) of ``rs`` unless the same spec's runs are already there.
+
+    The runs are independent, so they go through :func:`sat_theory.executor.map_tasks`
+    (serial, a process pool or Ray tasks); each run is a pure function of its (variant,
+    seed), so every executor writes the same files.
+    """
     root = Path(out) / "runs" / rs.name
     spec = json.dumps(asdict(rs), sort_keys=True, default=str)
     dirs = [run_dir(out, rs, v, s) for v in rs.variants for s in range(rs.seeds)]
@@ -94,22 +101,29 @@ def ensure_runs(out: Path, rs: RunSet, *, quiet: bool = False) -> list[Path]:
     if root.exists():
         shutil.rmtree(root)  # a stale run set of another spec
     root.mkdir(parents=True)
-    mdp = rs.mdp()
-    for v in rs.variants:
-        for s in range(rs.seeds):
-            cfg = rs.config(v, s)
-            # every method starts from the same random team (per seed), so the seeds vary
-            # both the start and the sampling
-            team = TabularTeam(mdp, TeamPolicy.random(mdp, 1000 + s), mode=rs.mode, seed=s)
-            with RunWriter(run_dir(out, rs, v, s)) as w:
-                summary = train(team, cfg, writer=w, extra_config={
-                    "variant": v, "seed": s, "method": cfg.method, "delta": cfg.delta,
-                    "backend": {"name": "tabular", "mode": rs.mode, "mdp": mdp.name}})
-            if not quiet:
-                print(f"  run {rs.name}/{v} seed {s}: J {summary['J_start']:.3f} -> "
-                      f"{summary['J_end']:.3f} ({summary['seconds']:.1f} s)", flush=True)
+    jobs = [(str(out), rs, v, s) for v in rs.variants for s in range(rs.seeds)]
+    summaries = map_tasks(_train_one, jobs, executor=executor, workers=workers,
+                          ray_address=ray_address, ship_modules=(sys.modules[__name__],))
+    if not quiet:
+        for (_, _, v, s), summary in zip(jobs, summaries, strict=True):
+            print(f"  run {rs.name}/{v} seed {s}: J {summary['J_start']:.3f} -> "
+                  f"{summary['J_end']:.3f} ({summary['seconds']:.1f} s)", flush=True)
     spec_path.write_text(spec)
     return dirs
+
+
+def _train_one(job: tuple) -> dict:
+    """Train one (variant, seed) of a run set into its run directory; return the summary."""
+    out, rs, v, s = job
+    mdp = rs.mdp()
+    cfg = rs.config(v, s)
+    # every method starts from the same random team (per seed), so the seeds vary both the
+    # start and the sampling
+    team = TabularTeam(mdp, TeamPolicy.random(mdp, 1000 + s), mode=rs.mode, seed=s)
+    with RunWriter(run_dir(Path(out), rs, v, s)) as w:
+        return train(team, cfg, writer=w, extra_config={
+            "variant": v, "seed": s, "method": cfg.method, "delta": cfg.delta,
+            "backend": {"name": "tabular", "mode": rs.mode, "mdp": mdp.name}})
 
 
 def load(out: Path, rs: RunSet) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:

@@ -81,7 +81,7 @@ def per_seed(steps: pd.DataFrame, stages: pd.DataFrame) -> pd.DataFrame:
 
 def run(opts: Options) -> list[Path]:
     rs = runset(opts)
-    ensure_runs(opts.out, rs)
+    ensure_runs(opts.out, rs, **opts.executor_kwargs())
     steps, stages, _ = load(opts.out, rs)
     ps = per_seed(steps, stages)
     cols = ["final_J", "delta_stale_final", "surrogate_gap_final", "stability", "out_of_region_rate",

@@ -40,10 +40,13 @@ def add_executor_arguments(parser) -> None:
 
 def map_tasks(fn: Callable, items: Iterable, *, executor: str = "serial",
               workers: int | None = None, ray_address: str | None = None,
-              progress: Callable[[int], None] | None = None) -> list:
+              progress: Callable[[int], None] | None = None,
+              ship_modules: tuple = ()) -> list:
     """``[fn(x) for x in items]`` on the chosen executor, in input order.
 
     ``progress(k)`` is called with the number of finished items as results arrive.
+    ``ship_modules``: modules Ray workers may be unable to import (e.g. ``experiments/`` of a
+    source checkout); their functions and classes are sent by value.
     """
     items = list(items)
     if executor == "serial":
@@ -66,6 +69,8 @@ def map_tasks(fn: Callable, items: Iterable, *, executor: str = "serial",
             return out
     if executor == "ray":
         ray = _ray(ray_address)
+        for m in ship_modules:
+            ray.cloudpickle.register_pickle_by_value(m)
         remote = ray.remote(fn)
         refs = [remote.remote(x) for x in items]
         pending, done = list(refs), 0

@@ -4,7 +4,8 @@ Runs the study scripts of ``experiments/`` (one per figure or table of the two p
 writing its CSV, PNG and PDF to ``--out``, then writes ``REPORT.md`` there from the CSVs
 (:mod:`experiments.report`). The wall time of every study is recorded in ``timings.json`` and
 reported. Training runs shared by several figures are cached under ``OUT/runs`` (keyed by their
-settings; ``--retrain`` clears them). The scripts live in the source checkout (``experiments/`` next to ``sat_theory/``).
+settings; ``--retrain`` clears them); ``--executor process|ray`` trains those independent runs
+in parallel with identical results. The scripts live in the source checkout (``experiments/`` next to ``sat_theory/``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 from ..errors import InputError
+from ..executor import add_executor_arguments
 
 #: every study, in the order they run (cheap exact studies first, training-based after)
 STUDIES = (
@@ -47,6 +49,7 @@ def add_arguments(p):
                    help="delete OUT/runs first: training runs are cached there by their "
                         "settings, not by the code version, so retrain after changing the algorithm")
     p.add_argument("--no-report", action="store_true", help="do not (re)write REPORT.md")
+    add_executor_arguments(p)
 
 
 def experiments_root() -> Path:
@@ -85,7 +88,8 @@ def run(args) -> int:
     if args.retrain and (out / "runs").is_dir():
         shutil.rmtree(out / "runs")
     common = import_study("common")
-    opts = common.Options(out=out, quick=args.quick, seeds=args.seeds)
+    opts = common.Options(out=out, quick=args.quick, seeds=args.seeds, executor=args.executor,
+                          workers=args.workers, ray_address=args.ray_address)
     tpath = out / "timings.json"
     timings = json.loads(tpath.read_text()) if tpath.exists() else {}
     timings.setdefault("studies", {})

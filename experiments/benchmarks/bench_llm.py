@@ -1,0 +1,472 @@
+"""The LLM backend on CPU (issue 7 item 4, and the LLM part of item 5).
+
+For each model (``tiny-random``; the full run adds ``smollm2-135m``), all through
+:mod:`sat_llm` (models loaded by ``sat_llm.models``; nothing downloads):
+
+1. **Batched rollout vs per-sample generate.** The same contexts (``prompts × G`` rendered
+   chat contexts of agent 1, as in a group rollout) through ``sat_llm.rollout.generate`` in
+   one batch vs one call per context, through the team's LoRA-wrapped model as the real
+   rollout does. Throughput = message tokens produced (each row cut at its stop token, as
+   the rollout keeps them) per second. Contenders interleaved, order rotated per round, the
+   torch RNG seeded identically for both; the best round of each is compared.
+   Target: batched ≥ 4× per-sample tokens/s.
+2. **Exact-KL monitor overhead.** One agent step as ``run_stage`` takes it without
+   backtracking: ``team.update`` (its reference log-probabilities included: the first
+   update of a (batch, reference) pair computes them) then ``team.kl`` (the exact
+   full-vocabulary token KL of :mod:`sat_llm.kl`, float64, plus the sampled eq. 18 one).
+   Overhead = t(kl) / t(update); target ≤ 15 %. Also reported: the same with the reference
+   cached (as in a backtracking retry), the cost of the sampled-only monitor (one float32
+   scoring pass of the current adapter: what eq. 18 needs once the reference
+   log-probabilities of the sampled tokens are known), and t(kl) over the whole step
+   including its rollout (TeamTR's accounting: 6.2 s of 192.8 s).
+3. **Intermediate-occupancy resampling overhead** in sampled tokens, SAT vs naive, same
+   model, prompts pool, seed, stages and group size, through ``sat_theory.algorithm
+   .run_stage`` (the shared algorithm, unchanged); tokens and episodes counted at
+   ``team.rollout``. Two budgets: (a) the same per-update batch (B prompts × G): SAT draws a
+   batch per agent update, naive one per stage, so SAT samples ≈ n× the tokens;
+   (b) the same per-stage budget (TeamTR App. G's scaling study): SAT's per-update batch is
+   B/n prompts. TeamTR Table 6 reports +11.1 % tokens and rollouts with 3 agents.
+   Held-out evaluation (greedy) is the same for both and not counted.
+4. **Model load**, first vs second: ``tiny-random`` in one process (the first includes
+   transformers' lazy imports); ``smollm2-135m`` in fresh subprocesses with an empty
+   ``$SAT_LLM_CACHE`` (first: GGUF de-quantisation + cache write) and then the filled cache.
+5. **Scaling** (item 5): ``team.rollout(B, G)`` wall time vs G and vs n (agents = turns per
+   episode), log-log fits ``log t = a + b log x``.
+
+Run: ``python experiments/benchmarks/bench_llm.py [--quick] [--out PATH]``.
+``--quick``: tiny-random only, small settings (~1 min); full adds smollm2-135m (~5-10 min).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from _common import fmt_table, machine_info, save_json, target_line
+
+REPO = Path(__file__).resolve().parents[2]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+@dataclass
+class ModelBench:
+    """Settings of one model's benchmarks."""
+
+    model: str = field(default="tiny-random", metadata={"help": "sat_llm model name"})
+    max_new_tokens: int = field(default=32, metadata={"help": "tokens per message at most"})
+    prompts: int = field(default=2, metadata={"help": "prompts B of the throughput batch"})
+    group_size: int = field(default=8, metadata={"help": "episodes per prompt G"})
+    rounds: int = field(default=3, metadata={"help": "interleaved rounds (best kept)"})
+    kl_prompts: int = field(default=4, metadata={"help": "prompts of the KL-overhead batch"})
+    kl_group_size: int = field(default=4, metadata={"help": "G of the KL-overhead batch"})
+    kl_more_epochs: tuple[int, ...] = field(default=(2, 4), metadata={
+        "help": "also time updates with these many epochs (default of sat train: 1)"})
+    occ_agents: int = field(default=2, metadata={"help": "agents n of the resampling comparison"})
+    occ_prompts: int = field(default=4, metadata={"help": "B of the resampling comparison"})
+    occ_group_size: int = field(default=4, metadata={"help": "G of the resampling comparison"})
+    occ_stages: int = field(default=2, metadata={"help": "stages of the resampling comparison"})
+    scale_G: tuple[int, ...] = field(default=(1, 2, 4, 8, 16, 32),
+                                     metadata={"help": "G of the rollout-time series"})
+    scale_n: tuple[int, ...] = field(default=(1, 2, 4, 8),
+                                     metadata={"help": "n of the rollout-time series (G=4)"})
+    load_subprocess: bool = field(default=False, metadata={
+        "help": "first/second load in fresh processes with an empty cache (GGUF models)"})
+
+
+@dataclass
+class LLMBenchConfig:
+    models: tuple[ModelBench, ...] = field(default=(), metadata={"help": "per-model settings"})
+    threads: int = field(default=1, metadata={
+        "help": "torch CPU threads (1: the stable setting on a loaded 2-core machine)"})
+    seed: int = field(default=0, metadata={"help": "seed of sampling and problems"})
+    speedup_goal: float = field(default=4.0, metadata={"help": "target batched/per-sample"})
+    kl_goal: float = field(default=0.15, metadata={"help": "target t(kl)/t(update) at most"})
+
+
+TINY_FULL = ModelBench()
+SMOL_FULL = ModelBench(model="smollm2-135m", max_new_tokens=16, prompts=2, group_size=4,
+                       rounds=2, kl_prompts=2, kl_group_size=4, occ_prompts=2, occ_group_size=2,
+                       occ_stages=1, scale_G=(1, 2, 4, 8), scale_n=(1, 2), load_subprocess=True,
+                       kl_more_epochs=(2,))
+FULL = LLMBenchConfig(models=(TINY_FULL, SMOL_FULL))
+QUICK = LLMBenchConfig(models=(ModelBench(rounds=2, occ_stages=1, scale_G=(1, 2, 4, 8, 16),
+                                          scale_n=(1, 2, 4)),))
+#: seconds, to check that the script runs (numbers meaningless)
+SMOKE = LLMBenchConfig(models=(ModelBench(max_new_tokens=4, prompts=1, group_size=2, rounds=1,
+                                          kl_prompts=1, kl_group_size=2, kl_more_epochs=(), occ_prompts=2,
+                                          occ_group_size=2, occ_stages=1, scale_G=(1, 2),
+                                          scale_n=(1, 2)),))
+
+
+def available() -> str | None:
+    """``None`` if torch, transformers and peft import; else the reason (one line)."""
+    import importlib.util
+
+    missing = [m for m in ("torch", "transformers", "peft") if importlib.util.find_spec(m) is None]
+    return f"needs {', '.join(missing)} (pip install -e '.[llm]')" if missing else None
+
+
+def fit(xs, ts) -> dict:
+    """Least-squares ``log t = a + b log x``: exponent ``b`` and prefactor ``e^a``."""
+    b, a = np.polyfit(np.log(xs), np.log(ts), 1)
+    return {"exponent": float(b), "prefactor": float(np.exp(a))}
+
+
+def _lowercase(team, seed: int):
+    """Give ``team`` the lowercase-fraction task of ``experiments/llm_kl_monitor.py``: its
+    score varies even for a random model, so advantages are non-zero and updates real."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from experiments.llm_kl_monitor import _lowercase_task
+
+    team.task = _lowercase_task()
+    team.train_pool = team.task.problems("train", 64, seed)
+    team.eval_set = team.task.problems("eval", max(2, len(team.eval_set)), seed + 1)
+    return team
+
+
+def make_team(mb: ModelBench, cfg: LLMBenchConfig, agents: int = 2, **kw):
+    from sat_llm.team import LLMConfig, LLMTeam
+
+    llm = LLMConfig(model=mb.model, agents=agents, task="arithmetic",
+                    max_new_tokens=mb.max_new_tokens, n_train=64, n_eval=2,
+                    seed=cfg.seed, threads=cfg.threads, **kw)
+    return _lowercase(LLMTeam(llm), cfg.seed)
+
+
+# ------------------------------------------------------------------ 1. throughput
+def bench_throughput(team, mb: ModelBench, cfg: LLMBenchConfig) -> dict:
+    import torch
+
+    from sat_llm.rollout import generate
+
+    tok = team.tokenizer(0)
+    model = team._activate(0)
+    probs = team.train_pool[:mb.prompts]
+    ctxs = [team.protocol.render(tok, p.prompt, [], 0, team.protocol.n_turns == 1)
+            for p in probs for _ in range(mb.group_size)]
+    stop = [tok.eos_token_id]
+    kw = dict(max_new_tokens=mb.max_new_tokens, temperature=1.0, stop_ids=stop,
+              pad_id=tok.pad_token_id)
+
+    def batched():
+        msgs, _ = generate(model, ctxs, **kw)
+        return sum(len(m) for m in msgs)
+
+    def per_sample():
+        return sum(len(generate(model, [c], **kw)[0][0]) for c in ctxs)
+
+    cases = {"batched": batched, "per_sample": per_sample}
+    torch.manual_seed(cfg.seed)
+    generate(model, ctxs[:2], **{**kw, "max_new_tokens": 2})  # warm-up: lazy inits, allocator
+    rounds: dict[str, list] = {k: [] for k in cases}
+    names = list(cases)
+    for r in range(mb.rounds):
+        for name in names[r % 2:] + names[:r % 2]:
+            torch.manual_seed(cfg.seed + r)
+            t0 = time.perf_counter()
+            n_tok = cases[name]()
+            dt = time.perf_counter() - t0
+            rounds[name].append({"seconds": dt, "tokens": n_tok, "tokens_per_s": n_tok / dt})
+    best = {k: max(v, key=lambda x: x["tokens_per_s"]) for k, v in rounds.items()}
+    return {"contexts": len(ctxs), "context_tokens": len(ctxs[0]),
+            "max_new_tokens": mb.max_new_tokens, "rounds": rounds,
+            "batched_tok_s": best["batched"]["tokens_per_s"],
+            "per_sample_tok_s": best["per_sample"]["tokens_per_s"],
+            "speedup": best["batched"]["tokens_per_s"] / best["per_sample"]["tokens_per_s"],
+            "speedup_median": float(np.median([b["tokens_per_s"] / p["tokens_per_s"] for b, p in
+                                               zip(rounds["batched"], rounds["per_sample"],
+                                                   strict=True)]))}
+
+
+# ------------------------------------------------------------------ 2. KL monitor
+def _advantages(team, batch, agent: int) -> np.ndarray:
+    from sat_theory.estimators import group_advantages
+
+    adv_ep = group_advantages(batch.returns, batch.groups)
+    adv = np.array([adv_ep[i] for i, _ in batch.turns_of(agent)])
+    if not np.any(adv):  # all groups tied: update() would skip; the timing needs a real step
+        adv = np.random.default_rng(0).standard_normal(adv.shape)
+    return adv
+
+
+def bench_kl(team, mb: ModelBench, cfg: LLMBenchConfig, epochs: int, batch=None) -> dict:
+    import torch
+
+    t0 = time.perf_counter()
+    if batch is None:
+        batch = team.rollout(mb.kl_prompts, mb.kl_group_size)
+    t_rollout = time.perf_counter() - t0 if "rollout_seconds" not in batch.extra else \
+        batch.extra["rollout_seconds"]
+    batch.extra["rollout_seconds"] = t_rollout
+    team.cfg.epochs = epochs  # read by update() at every call
+    j = 0
+    adv = _advantages(team, batch, j)
+    ref = team.snapshot(j)
+    ctxs, msgs, _ = team._turns(j, batch)
+    rows = []
+    for r in range(mb.rounds + 1):  # round 0: warm-up (allocator, autograd graph caches)
+        team.restore(j, ref)
+        team._ref_cache = None  # the first update of a (batch, reference) pair scores it
+        torch.manual_seed(cfg.seed)
+        t0 = time.perf_counter()
+        team.update(j, batch, adv, 0.1, ref)
+        t_up = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        klr = team.kl(j, batch, ref)
+        t_kl = time.perf_counter() - t0
+        # a backtracking retry: restore, update again with the reference cached
+        team.restore(j, ref)
+        t0 = time.perf_counter()
+        team.update(j, batch, adv, 0.2, ref, step_scale=0.5)
+        t_up_cached = time.perf_counter() - t0
+        # the sampled-only monitor (eq. 18): one float32 scoring pass of the current adapter
+        t0 = time.perf_counter()
+        team._score(j, ctxs, msgs)
+        t_sampled = time.perf_counter() - t0
+        if r > 0:
+            rows.append(dict(update=t_up, kl=t_kl, update_cached_ref=t_up_cached,
+                             sampled_only=t_sampled, kl_value=klr["kl"],
+                             kl_sampled_value=klr["kl_sampled"]))
+    team.restore(j, ref)
+    team.cfg.epochs = 1
+    best = {k: min(x[k] for x in rows) for k in ("update", "kl", "update_cached_ref", "sampled_only")}
+    n_tok = int(sum(len(m) for m in msgs))
+    return {"turns": len(msgs), "message_tokens": n_tok, "rollout_seconds": t_rollout,
+            "rounds": rows, **{f"t_{k}": v for k, v in best.items()},
+            "kl_over_update": best["kl"] / best["update"],
+            "kl_over_update_cached_ref": best["kl"] / best["update_cached_ref"],
+            "sampled_over_update": best["sampled_only"] / best["update"],
+            "kl_over_step_with_rollout": best["kl"] / (best["update"] + best["kl"] + t_rollout),
+            "minibatch": team.cfg.minibatch, "epochs": epochs, "batch": batch}
+
+
+# ------------------------------------------------------------------ 3. resampling overhead
+def _counting(team):
+    """Wrap ``team.rollout`` to count sampled message tokens, episodes and rollouts."""
+    counts = {"tokens": 0, "episodes": 0, "rollouts": 0, "rollout_seconds": 0.0}
+    inner = team.rollout
+
+    def rollout(n_groups, group_size):
+        t0 = time.perf_counter()
+        b = inner(n_groups, group_size)
+        counts["rollout_seconds"] += time.perf_counter() - t0
+        counts["tokens"] += int(b.extra["tokens"])
+        counts["episodes"] += b.n_episodes
+        counts["rollouts"] += 1
+        return b
+
+    team.rollout = rollout
+    return counts
+
+
+def run_method(mb: ModelBench, cfg: LLMBenchConfig, method: str, n_groups: int) -> dict:
+    from sat_theory.algorithm import RunState, TrainConfig, run_stage
+
+    team = make_team(mb, cfg, agents=mb.occ_agents)
+    counts = _counting(team)
+    tc = TrainConfig(method=method, stages=mb.occ_stages, n_groups=n_groups,
+                     group_size=mb.occ_group_size, seed=cfg.seed)
+    state = RunState.initial(tc, team.n_agents)
+    t0 = time.perf_counter()
+    for _ in range(tc.stages):
+        run_stage(team, tc, state)
+    return {"method": method, "n_groups": n_groups, **counts,
+            "seconds": time.perf_counter() - t0}
+
+
+def bench_resampling(mb: ModelBench, cfg: LLMBenchConfig) -> dict:
+    n, B = mb.occ_agents, mb.occ_prompts
+    same = {m: run_method(mb, cfg, m, B) for m in ("naive", "sat")}
+    Bs = max(1, B // n)
+    matched = {"naive": same["naive"], "sat": run_method(mb, cfg, "sat", Bs)}
+
+    def over(d, k):
+        return d["sat"][k] / d["naive"][k] - 1.0
+
+    return {"agents": n, "prompts": B, "group_size": mb.occ_group_size, "stages": mb.occ_stages,
+            "same_batch": same, "matched_budget": matched, "sat_prompts_matched": Bs,
+            "token_overhead_same_batch": over(same, "tokens"),
+            "episode_overhead_same_batch": over(same, "episodes"),
+            "token_overhead_matched": over(matched, "tokens"),
+            "episode_overhead_matched": over(matched, "episodes"),
+            "time_overhead_same_batch": over(same, "seconds"),
+            "time_overhead_matched": over(matched, "seconds")}
+
+
+# ------------------------------------------------------------------ 4. model load
+_LOAD_SNIPPET = """
+import json, time
+t0 = time.perf_counter()
+import torch, transformers  # noqa: F401
+t1 = time.perf_counter()
+from sat_llm.models import load_model
+m, tok = load_model({name!r})
+t2 = time.perf_counter()
+m2, tok2 = load_model({name!r})
+t3 = time.perf_counter()
+print(json.dumps(dict(imports=t1 - t0, load=t2 - t1, load_again_same_process=t3 - t2)))
+"""
+
+
+def bench_load(mb: ModelBench) -> dict:
+    if not mb.load_subprocess:
+        from sat_llm.models import load_model
+
+        t0 = time.perf_counter()
+        load_model(mb.model)
+        t1 = time.perf_counter()
+        load_model(mb.model)
+        t2 = time.perf_counter()
+        return {"mode": "in-process", "first": t1 - t0, "second": t2 - t1,
+                "first_over_second": (t1 - t0) / (t2 - t1)}
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="sat_llm_cache_bench_") as cache:
+        env = {**os.environ, "SAT_LLM_CACHE": cache, "HF_HUB_OFFLINE": "1",
+               "TRANSFORMERS_VERBOSITY": "error"}
+        for _ in range(2):
+            t0 = time.perf_counter()
+            p = subprocess.run([sys.executable, "-c", _LOAD_SNIPPET.format(name=mb.model)],
+                               cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+            wall = time.perf_counter() - t0
+            if p.returncode != 0:
+                return {"mode": "subprocess", "error": p.stderr.strip().splitlines()[-1:]}
+            runs.append({**json.loads(p.stdout.strip().splitlines()[-1]), "process_wall": wall})
+    return {"mode": "subprocess, empty cache then filled", "runs": runs,
+            "first": runs[0]["load"], "second": runs[1]["load"],
+            "first_over_second": runs[0]["load"] / runs[1]["load"],
+            "same_process_again": runs[1]["load_again_same_process"]}
+
+
+# ------------------------------------------------------------------ 5. scaling
+def bench_scaling(team, mb: ModelBench, cfg: LLMBenchConfig) -> dict:
+    import torch
+
+    def timed_rollout(t, B, G):
+        torch.manual_seed(cfg.seed)
+        t0 = time.perf_counter()
+        b = t.rollout(B, G)
+        return time.perf_counter() - t0, int(b.extra["tokens"])
+
+    timed_rollout(team, 1, 1)  # warm-up
+    series_G = []
+    for G in mb.scale_G:
+        dt, tok = timed_rollout(team, 1, G)
+        series_G.append({"x": G, "t": dt, "tokens": tok})
+    series_n = []
+    for n in mb.scale_n:
+        t = team if n == team.n_agents else make_team(mb, cfg, agents=n)
+        timed_rollout(t, 1, 1)
+        dt, tok = timed_rollout(t, 1, 4)
+        series_n.append({"x": n, "t": dt, "tokens": tok})
+    fits = {"rollout_vs_G": fit([p["x"] for p in series_G], [p["t"] for p in series_G]),
+            "rollout_vs_n": fit([p["x"] for p in series_n], [p["t"] for p in series_n])}
+    return {"series": {"rollout_vs_G": series_G, "rollout_vs_n": series_n}, "fits": fits}
+
+
+# ------------------------------------------------------------------ driver
+def bench_model(mb: ModelBench, cfg: LLMBenchConfig, verbose: bool) -> dict:
+    def say(msg):
+        if verbose:
+            print(f"[{mb.model}] {msg}", flush=True)
+
+    out = {"settings": asdict(mb), "loadavg_before": [round(x, 2) for x in os.getloadavg()]}
+    t0 = time.perf_counter()
+    out["load"] = bench_load(mb)
+    say(f"load: first {out['load'].get('first', float('nan')):.2f}s, "
+        f"second {out['load'].get('second', float('nan')):.2f}s")
+    team = make_team(mb, cfg)
+    out["throughput"] = tp = bench_throughput(team, mb, cfg)
+    say(f"throughput: batched {tp['batched_tok_s']:.0f} tok/s, per-sample "
+        f"{tp['per_sample_tok_s']:.0f} tok/s, x{tp['speedup']:.2f}")
+    out["kl"] = kl = bench_kl(team, mb, cfg, 1)
+    batch = kl.pop("batch")
+    say(f"kl monitor: {kl['t_kl']:.3f}s vs update {kl['t_update']:.3f}s "
+        f"({kl['kl_over_update']:.1%}), 1 epoch")
+    out["kl_epochs"] = {}
+    for e in mb.kl_more_epochs:  # more passes per update: the monitor's share shrinks
+        k2 = bench_kl(team, mb, cfg, e, batch)
+        k2.pop("batch")
+        out["kl_epochs"][e] = k2
+        say(f"kl monitor: {k2['t_kl']:.3f}s vs update {k2['t_update']:.3f}s "
+            f"({k2['kl_over_update']:.1%}), {e} epochs")
+    out["scaling"] = sc = bench_scaling(team, mb, cfg)
+    say("rollout time exponents: " + ", ".join(f"{k} {v['exponent']:.2f}" for k, v in sc["fits"].items()))
+    del team
+    out["resampling"] = rs = bench_resampling(mb, cfg)
+    say(f"resampling: tokens +{rs['token_overhead_same_batch']:.1%} (same batch), "
+        f"{rs['token_overhead_matched']:+.1%} (matched budget)")
+    out["seconds"] = time.perf_counter() - t0
+    out["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    return out
+
+
+def main(quick: bool = False, out: str | None = None, cfg: LLMBenchConfig | None = None,
+         verbose: bool = True) -> dict:
+    reason = available()
+    if reason is not None:
+        res = {"benchmark": "llm", "skipped": reason, "targets": []}
+        if verbose:
+            print(f"llm benchmark skipped: {reason}")
+        return res
+    import torch
+
+    cfg = cfg or (QUICK if quick else FULL)
+    torch.set_num_threads(cfg.threads)
+    info = machine_info()
+    info["torch_threads"] = torch.get_num_threads()
+    info["versions"].update({m: getattr(__import__(m), "__version__", None)
+                             for m in ("torch", "transformers", "peft")})
+    models = {mb.model: bench_model(mb, cfg, verbose) for mb in cfg.models}
+    targets = []
+    for name, r in models.items():
+        targets.append(target_line(f"{name}: batched / per-sample tokens/s",
+                                   r["throughput"]["speedup"], cfg.speedup_goal))
+        targets.append(target_line(f"{name}: exact-KL monitor / update time",
+                                   r["kl"]["kl_over_update"], cfg.kl_goal, higher_is_better=False))
+    rows = [{"model": k, "batched_tok_s": r["throughput"]["batched_tok_s"],
+             "per_sample_tok_s": r["throughput"]["per_sample_tok_s"],
+             "speedup": r["throughput"]["speedup"], "t_update": r["kl"]["t_update"],
+             "t_kl": r["kl"]["t_kl"], "kl/update": r["kl"]["kl_over_update"],
+             "kl/update_cached": r["kl"]["kl_over_update_cached_ref"],
+             "sampled/update": r["kl"]["sampled_over_update"],
+             **{f"kl/update_{e}ep": v["kl_over_update"] for e, v in r["kl_epochs"].items()},
+             "tok+_same": r["resampling"]["token_overhead_same_batch"],
+             "tok+_matched": r["resampling"]["token_overhead_matched"],
+             "load_1st": r["load"].get("first"), "load_2nd": r["load"].get("second"),
+             "G_exp": r["scaling"]["fits"]["rollout_vs_G"]["exponent"],
+             "n_exp": r["scaling"]["fits"]["rollout_vs_n"]["exponent"]}
+            for k, r in models.items()]
+    result = {"benchmark": "llm", "quick": quick, "config": asdict(cfg), "machine": info,
+              "models": models, "rows": rows, "targets": targets,
+              "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
+    path = save_json(result, "bench_llm" + ("_quick" if quick else ""), out)
+    if verbose:
+        print(fmt_table(rows, list(rows[0])))
+        for t in targets:
+            print(f"{t['target']}: {t['value']:.3g} (goal {t['goal']:g}) "
+                  f"{'MET' if t['met'] else 'MISSED'}")
+        print(f"JSON: {path}")
+    return result
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="tiny-random only, small settings")
+    ap.add_argument("--smoke", action="store_true", help="seconds; checks that it runs")
+    ap.add_argument("--out", help="JSON output path (default results/bench_llm.json)")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1)")
+    a = ap.parse_args()
+    c = SMOKE if a.smoke else (QUICK if a.quick else FULL)
+    if a.threads is not None:
+        c = LLMBenchConfig(**{**asdict(c), "models": c.models, "threads": a.threads})
+    main(quick=a.quick, out=a.out, cfg=c)
