@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from sat_llm.tasks import (bulls_cows, extract_answer, make_task, math_equal, validate_plan)
+from sat_llm.tasks import bulls_cows, extract_answer, make_task, math_equal, validate_plan
 from sat_theory.errors import InputError
 
 
