@@ -15,7 +15,9 @@ the algorithm's THEORY §4 bound from the stage's own estimates; with the defaul
 (episodic score) its γ-terms are undefined and it is logged as ``NaN``.
 
 ``--resume DIR`` continues a killed run from ``DIR/checkpoint.pt`` (settings from
-``DIR/config.json``), losing no completed agent step.
+``DIR/config.json``), losing no completed agent step. ``--executor ray`` puts every agent in a
+Ray actor (:mod:`sat_llm.ray_team`, same records as the in-process team); its options are
+saved as ``config.json["ray"]`` so a resume rebuilds the actors the same way.
 """
 
 from __future__ import annotations
@@ -218,12 +220,28 @@ def run_train(args) -> int:
             raise InputError("the LLM backend's Stage-0 is the TeamTR distillation "
                              "(--stage0-form distill)")
     llm_cfg = build_llm_config(args)
-    from .team import LLMTeam
+    extra = {}
+    if getattr(args, "executor", "serial") == "ray":  # agents as Ray actors (sat_llm.ray_team)
+        from .ray_team import build_ray_team
 
-    team = LLMTeam(llm_cfg)
-    runner = Runner(team, cfg, out, progress=not args.quiet)
-    write_run_config(runner, cfg, llm_cfg)
-    return _finish(runner.run(), cfg, out)
+        team = build_ray_team(llm_cfg, args, out=out)
+        extra["ray"] = team.opts.to_dict()
+    else:
+        from .team import LLMTeam
+
+        team = LLMTeam(llm_cfg)
+    try:
+        runner = Runner(team, cfg, out, progress=not args.quiet)
+        write_run_config(runner, cfg, llm_cfg, **extra)
+        return _finish(runner.run(), cfg, out)
+    finally:
+        _close(team)
+
+
+def _close(team) -> None:
+    close = getattr(team, "close", None)  # Ray actors are killed; an in-process team has none
+    if close is not None:
+        close()
 
 
 def _resume(args) -> int:
@@ -247,13 +265,21 @@ def resume_run(run_dir, *, progress: bool = True):
     cfg = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v
                          for k, v in conf["algorithm"].items()})
     llm_cfg = LLMConfig(**conf["backend"]["llm"])
-    team = LLMTeam(llm_cfg)
-    team.load_state_dict(ck["team"])
-    state = RunState.from_dict(ck["run_state"])
-    truncate_metrics(out, ck["n_records"])
-    runner = Runner(team, cfg, out, state=state, append=True, n_records=ck["n_records"],
-                    progress=progress)
-    return runner.run(resume=ck), cfg, out
+    if "ray" in conf:  # the run's agents were Ray actors: rebuild them the same way
+        from .ray_team import RayOptions, RayTeam
+
+        team = RayTeam(llm_cfg, RayOptions(**conf["ray"]))
+    else:
+        team = LLMTeam(llm_cfg)
+    try:
+        team.load_state_dict(ck["team"])
+        state = RunState.from_dict(ck["run_state"])
+        truncate_metrics(out, ck["n_records"])
+        runner = Runner(team, cfg, out, state=state, append=True, n_records=ck["n_records"],
+                        progress=progress)
+        return runner.run(resume=ck), cfg, out
+    finally:
+        _close(team)
 
 
 def _finish(summary: dict, cfg, out) -> int:
