@@ -21,7 +21,8 @@ def add_arguments(p) -> None:
     g.add_argument("--agent-models", default=None,
                    help="heterogeneous team: comma-separated model per agent (separate bases)")
     g.add_argument("--task", default="arithmetic",
-                   help="arithmetic | countdown | guess | blocksworld | jsonl")
+                   help="arithmetic | countdown | guess | blocksworld | copy | jsonl, or "
+                        "package.module:TaskClass (a sat_llm.tasks.Task subclass)")
     g.add_argument("--jsonl", default=None, help="task jsonl: file of {\"prompt\", \"answer\"} lines")
     g.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
                    help="task option, e.g. digits=3 (repeatable)")
