@@ -165,24 +165,44 @@ def bench_throughput(team, mb: ModelBench, cfg: LLMBenchConfig) -> dict:
     def per_sample():
         return sum(len(generate(model, [c], **kw)[0][0]) for c in ctxs)
 
-    cases = {"batched": batched, "per_sample": per_sample}
+    kw1 = {**kw, "max_new_tokens": 1}
+
+    def batched_prefill():  # one new token: the prefill (context forward pass) and one step
+        generate(model, ctxs, **kw1)
+        return len(ctxs)
+
+    def per_sample_prefill():
+        for c in ctxs:
+            generate(model, [c], **kw1)
+        return len(ctxs)
+
+    cases = {"batched": batched, "per_sample": per_sample, "batched_prefill": batched_prefill,
+             "per_sample_prefill": per_sample_prefill}
     torch.manual_seed(cfg.seed)
     generate(model, ctxs[:2], **{**kw, "max_new_tokens": 2})  # warm-up: lazy inits, allocator
     rounds: dict[str, list] = {k: [] for k in cases}
     names = list(cases)
     for r in range(mb.rounds):
-        for name in names[r % 2:] + names[:r % 2]:
+        for name in names[r % len(names):] + names[:r % len(names)]:
             torch.manual_seed(cfg.seed + r)
             t0 = time.perf_counter()
             n_tok = cases[name]()
             dt = time.perf_counter() - t0
             rounds[name].append({"seconds": dt, "tokens": n_tok, "tokens_per_s": n_tok / dt})
     best = {k: max(v, key=lambda x: x["tokens_per_s"]) for k, v in rounds.items()}
+    pre_b = min(x["seconds"] for x in rounds["batched_prefill"])
+    pre_s = min(x["seconds"] for x in rounds["per_sample_prefill"])
+    # decode phase alone: tokens after the first per second, prefill time subtracted
+    dec_b = (best["batched"]["tokens"] - len(ctxs)) / max(best["batched"]["seconds"] - pre_b, 1e-9)
+    dec_s = (best["per_sample"]["tokens"] - len(ctxs)) / max(best["per_sample"]["seconds"] - pre_s, 1e-9)
     return {"contexts": len(ctxs), "context_tokens": len(ctxs[0]),
             "max_new_tokens": mb.max_new_tokens, "rounds": rounds,
             "batched_tok_s": best["batched"]["tokens_per_s"],
             "per_sample_tok_s": best["per_sample"]["tokens_per_s"],
             "speedup": best["batched"]["tokens_per_s"] / best["per_sample"]["tokens_per_s"],
+            "prefill_seconds_batched": pre_b, "prefill_seconds_per_sample": pre_s,
+            "prefill_share_batched": pre_b / best["batched"]["seconds"],
+            "prefill_speedup": pre_s / pre_b, "decode_speedup": dec_b / dec_s,
             "speedup_median": float(np.median([b["tokens_per_s"] / p["tokens_per_s"] for b, p in
                                                zip(rounds["batched"], rounds["per_sample"],
                                                    strict=True)]))}
@@ -435,7 +455,10 @@ def main(quick: bool = False, out: str | None = None, cfg: LLMBenchConfig | None
                                    r["kl"]["kl_over_update"], cfg.kl_goal, higher_is_better=False))
     rows = [{"model": k, "batched_tok_s": r["throughput"]["batched_tok_s"],
              "per_sample_tok_s": r["throughput"]["per_sample_tok_s"],
-             "speedup": r["throughput"]["speedup"], "t_update": r["kl"]["t_update"],
+             "speedup": r["throughput"]["speedup"],
+             "prefill_share": r["throughput"]["prefill_share_batched"],
+             "prefill_x": r["throughput"]["prefill_speedup"],
+             "decode_x": r["throughput"]["decode_speedup"], "t_update": r["kl"]["t_update"],
              "t_kl": r["kl"]["t_kl"], "kl/update": r["kl"]["kl_over_update"],
              "kl/update_cached": r["kl"]["kl_over_update_cached_ref"],
              "sampled/update": r["kl"]["sampled_over_update"],

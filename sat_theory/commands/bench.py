@@ -3,8 +3,12 @@
 Runs the scripts of ``experiments/benchmarks/`` (issue 7; see ``BENCHMARKS.md``) through
 their ``main()`` functions: ``eval`` (exact evaluation vs QuantEcon, pymdptoolbox and one
 bare LAPACK solve), ``sparse`` (Krylov vs value iteration on large sparse MDPs),
-``certificate`` (a full stage certificate vs a naive implementation) and ``scaling``
-(log-log fits of time vs S and n). Every comparison is a ratio measured in one run. Each
+``certificate`` (a full stage certificate vs a naive implementation), ``scaling``
+(log-log fits of time vs S and n), ``suites`` (wall times of ``sat verify --quick`` and
+``sat figures --quick``, run as subprocesses) and ``llm`` (the LLM backend on CPU: batched vs
+per-sample generation, exact-KL monitor overhead, resampling overhead in tokens, model load,
+rollout time vs G and n; skipped with a one-line note when torch/transformers/peft are
+missing). Every comparison is a ratio measured in one run. Each
 script writes its JSON under ``experiments/benchmarks/results/``; this command prints each
 script's table and then every target as MET or MISSED, or with ``--json`` one object
 ``{"machine": …, "benchmarks": {name: result}, "targets": [...]}`` on stdout.
@@ -24,12 +28,13 @@ from pathlib import Path
 from ..errors import InputError
 from ._io import dumps, table
 
-BENCHES = ("eval", "sparse", "certificate", "scaling")
+BENCHES = ("eval", "sparse", "certificate", "scaling", "suites", "llm")
 
 
 def add_arguments(p):
     p.add_argument("--quick", action="store_true",
-                   help="smaller grids (S up to 1000 dense, 10^5 sparse); minutes instead of ~20")
+                   help="smaller grids (S up to 1000 dense, 10^5 sparse), each suite once, LLM on "
+                        "tiny-random only; minutes instead of ~30")
     p.add_argument("--json", action="store_true",
                    help='print {"machine", "benchmarks", "targets"} as one JSON object on stdout')
     p.add_argument("--only", default=None, metavar="NAME[,NAME]",
@@ -76,6 +81,12 @@ def run(args) -> int:
     with tempfile.TemporaryDirectory() as tmp, limit:
         for name in names:
             mod = importlib.import_module(f"bench_{name}")
+            reason = mod.available() if hasattr(mod, "available") else None
+            if reason is not None:  # optional dependencies missing: a note, not an error
+                results[name] = {"benchmark": name, "skipped": reason, "targets": []}
+                print(f"{name}: skipped ({reason})", file=sys.stderr if args.json else sys.stdout,
+                      flush=True)
+                continue
             kwargs = {"quick": args.quick, "verbose": not args.json}
             if args.smoke:
                 kwargs.update(cfg=mod.SMOKE, out=str(Path(tmp) / f"bench_{name}.json"))
