@@ -324,20 +324,13 @@ class RayTeam:
     def __init__(self, cfg, opts: RayOptions | None = None):
         from sat_theory.executor import _ray  # one place that starts/joins a Ray cluster
 
-        from .protocol import Protocol
-        from .tasks import make_task
+        from .team import task_setup
 
         self.cfg, self.opts = cfg, opts or RayOptions()
         self.n_agents = cfg.agents
         self.gamma = float(cfg.gamma)
         self.advantage_bound = 1.0  # scores lie in [0, 1] (as LLMTeam)
-        self.task = make_task(cfg.task, cfg.prompts, **cfg.task_options)
-        self.protocol = Protocol(cfg.agents, router=cfg.router, turns=cfg.turns,
-                                 reasoning_tags=cfg.reasoning_tags)
-        if self.task.multi_turn and not cfg.turns:
-            self.protocol.turns = 2 * cfg.agents  # as LLMTeam: interactive tasks need rounds
-        self.train_pool = self.task.problems("train", cfg.n_train, cfg.seed)
-        self.eval_set = self.task.problems("eval", cfg.n_eval, cfg.seed)
+        self.task, self.protocol, self.train_pool, self.eval_set = task_setup(cfg)
         self.rng = np.random.default_rng(cfg.seed)
         self._rollouts = 0
         self._version_counter = 0

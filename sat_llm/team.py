@@ -137,6 +137,21 @@ class _Ctx:
         return len(self.ids)
 
 
+def task_setup(cfg):
+    """``(task, protocol, train_pool, eval_set)`` of a team config: the task, the canonical
+    turn-taking protocol, the seeded training prompts and the held-out problems (disjoint
+    from the training pool). Shared by every team class so they see the same problems."""
+    task = make_task(cfg.task, cfg.prompts, **cfg.task_options)
+    protocol = Protocol(cfg.agents, router=cfg.router, turns=cfg.turns,
+                        reasoning_tags=cfg.reasoning_tags)
+    if task.multi_turn and not cfg.turns:
+        protocol.turns = 2 * cfg.agents  # interactive tasks need several rounds
+    train_pool = task.problems("train", cfg.n_train, cfg.seed)
+    eval_set = task.problems("eval", cfg.n_eval, cfg.seed,
+                             exclude={p.prompt for p in train_pool})
+    return task, protocol, train_pool, eval_set
+
+
 class LLMTeam:
     """See module docstring. ``model``/``tokenizer`` may be passed in (tests) to skip loading."""
 
@@ -147,14 +162,7 @@ class LLMTeam:
         self.n_agents = cfg.agents
         self.gamma = float(cfg.gamma)
         self.advantage_bound = 1.0  # scores lie in [0, 1], so |A| <= 1
-        self.task = make_task(cfg.task, cfg.prompts, **cfg.task_options)
-        self.protocol = Protocol(cfg.agents, router=cfg.router, turns=cfg.turns,
-                                 reasoning_tags=cfg.reasoning_tags)
-        if self.task.multi_turn and not cfg.turns:
-            self.protocol.turns = 2 * cfg.agents  # interactive tasks need several rounds
-        self.train_pool = self.task.problems("train", cfg.n_train, cfg.seed)
-        self.eval_set = self.task.problems("eval", cfg.n_eval, cfg.seed,
-                                           exclude={p.prompt for p in self.train_pool})
+        self.task, self.protocol, self.train_pool, self.eval_set = task_setup(cfg)
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)

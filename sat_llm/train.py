@@ -22,7 +22,6 @@ saved as ``config.json["ray"]`` so a resume rebuilds the actors the same way.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import sys
@@ -147,21 +146,16 @@ class Runner:
             self.bar.set_postfix(kl=f"{rec['kl']:.3g}", R=f"{rec.get('reward_mean') or 0:.2f}")
             self.bar.update(1)
 
-    def _begin_stage(self) -> None:
-        from sat_theory.algorithm import choose_order
-
-        n = self.team.n_agents
-        rng = copy.deepcopy(self.state.rng)  # run_stage draws the same permutation from it
-        order = ([] if self.cfg.order == "greedy"
-                 else choose_order(self.cfg.order, n, rng, self.cfg.fixed_order))
-        self.pos = dict(order=order, steps=[], start=[self.team.snapshot(j) for j in range(n)],
-                        J_before=float(self.team.evaluate()))
+    def on_begin(self, info: dict) -> None:
+        """Stage set up by run_stage: keep what a mid-stage checkpoint needs."""
+        self.pos = dict(order=list(info["order"]), steps=[], start=info["start"],
+                        J_before=info["J_before"])
 
     # ------------------------------------------------------------- the loop
     def run(self, resume: dict | None = None) -> dict:
         from sat_theory.algorithm import run_stage, swap_agent
 
-        from .checkpoint import resume_stage, save_checkpoint
+        from .checkpoint import save_checkpoint
 
         team, cfg = self.team, self.cfg
         J0 = float(team.evaluate())
@@ -170,14 +164,14 @@ class Runner:
             if resume is not None and resume["step"] > 0:
                 self.pos = dict(order=resume["order"], steps=list(resume["steps"]),
                                 start=resume["start"], J_before=resume["J_before"])
-                stages.append(resume_stage(team, cfg, self.state, resume, log=self.log,
-                                           on_step=self.on_step))
+                stages.append(run_stage(team, cfg, self.state, log=self.log,
+                                        on_step=self.on_step, resume=resume))
                 save_checkpoint(self.out, self._payload(self.state.stage, 0))
             while self.state.stage < cfg.stages:
                 if cfg.swap_stage is not None and self.state.stage == cfg.swap_stage:
                     self.log(swap_agent(team, cfg, self.state))
-                self._begin_stage()
-                stages.append(run_stage(team, cfg, self.state, log=self.log, on_step=self.on_step))
+                stages.append(run_stage(team, cfg, self.state, log=self.log,
+                                        on_step=self.on_step, on_begin=self.on_begin))
                 save_checkpoint(self.out, self._payload(self.state.stage, 0))
         finally:
             self.writer.close()

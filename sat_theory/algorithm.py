@@ -542,28 +542,54 @@ def _c(gamma: float, A_max: float) -> float:
 
 def run_stage(team: Team, cfg: TrainConfig, state: RunState, *,
               log: Callable[[dict], None] | None = None,
-              on_step: Callable[[dict], None] | None = None) -> dict:
+              on_step: Callable[[dict], None] | None = None,
+              on_begin: Callable[[dict], None] | None = None,
+              resume: dict | None = None) -> dict:
     """One stage: every agent updated once (module docstring). Returns the stage record.
 
     ``log(record)`` receives every step record and then the stage record (the caller writes
     them, e.g. :meth:`sat_theory.metrics.RunWriter.log`). ``on_step(record)`` is called after
-    each agent step (after ``log``), e.g. for checkpoints. ``state.stage`` numbers the stage
-    and is incremented at the end.
+    each agent step (after ``log``), e.g. for checkpoints. ``on_begin(info)`` is called once
+    the stage is set up, with ``info = {"order", "start", "J_before"}`` (the planned order —
+    empty for ``greedy`` —, the stage-start snapshots and the score before the stage): what a
+    checkpoint needs to resume the stage. ``resume`` continues a stage that stopped after
+    ``resume["step"]`` completed steps; it holds that ``step``, the ``order`` so far (plus the
+    planned rest for data-independent orders), the completed ``steps``' records, the
+    stage-start snapshots ``start``, the ``batch`` in use (``None`` if the next step draws a
+    fresh one) and ``J_before``. ``state.stage`` numbers the stage and is incremented at the end.
     """
     log = log or (lambda r: None)
     n = team.n_agents
     st = _Stage(team, cfg, state, state.stage)
-    J_before = float(team.evaluate())
+    if resume is None:
+        J_before = float(team.evaluate())
+        order: list[int] = ([] if cfg.order == "greedy"
+                            else choose_order(cfg.order, n, state.rng, cfg.fixed_order))
+        first, steps = 0, []
+        if on_begin is not None:
+            on_begin(dict(order=list(order), start=st.start, J_before=J_before))
+    else:
+        J_before = float(resume["J_before"])
+        first, order, steps = int(resume["step"]), list(resume["order"]), list(resume["steps"])
+        st.start = resume["start"]
+        if resume.get("batch") is not None:
+            st.batch = resume["batch"]
+            st.adv, st.adv_stats = _advantage_stats(st.batch, cfg)
+        # importance weights need the log-ratios of the agents updated since the batch was
+        # drawn: recompute them from the restored parameters
+        if st.batch is not None and (cfg.occupancy == "stale+IS" or cfg.correction == "happo"):
+            for j in order[:first]:
+                ta = st.batch.arrays(j)
+                logp = np.asarray(team.kl(j, st.batch, team.snapshot(j))["logp"])
+                st.updated[j] = (ta.episode, ta.t, logp - ta.logp)
     st.J_last = J_before
-    order: list[int] = [] if cfg.order == "greedy" else choose_order(cfg.order, n, state.rng, cfg.fixed_order)
-    done: list[int] = []
-    steps: list[dict] = []
-    for i in range(n):
+    done: list[int] = list(order[:first])
+    for i in range(first, n):
         if st.needs_fresh(i):
             st.fresh()
         if cfg.order == "greedy":
             res = _greedy_step(st, i, [j for j in range(n) if j not in done])
-            order.append(res.agent)
+            order = done + [res.agent]
         else:
             res = st.step(i, order[i])
         st.commit(res)
@@ -572,7 +598,7 @@ def run_stage(team: Team, cfg: TrainConfig, state: RunState, *,
         log(res.record)
         if on_step is not None:
             on_step(res.record)
-    rec = _stage_record(st, order, steps, J_before)
+    rec = _stage_record(st, order[:n], steps, J_before)
     log(rec)
     state.stage += 1
     return rec

@@ -45,7 +45,7 @@ def table(rows: list[dict], columns: list[str], fmt: str = "{:.6g}") -> str:
     cells = [[cell(r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) if cells else len(c)
               for i, c in enumerate(columns)]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths)),
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)),
              "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in cells]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
     return "\n".join(lines)

@@ -220,7 +220,7 @@ def _init_policy(args, mdp):
 
 
 def run(args) -> int:
-    if args.backend == "llm":
+    if args.backend == "llm" or getattr(args, "resume", None):  # only LLM runs resume
         try:
             from sat_llm.train import run_train
         except ImportError:
