@@ -1002,7 +1002,56 @@ def naive_reuse_counterexample(*, quick: bool = False, seed: int = 0,
     if not found:
         T.cases += 1
         T._note(False, "no counterexample found")
+    # the same failure produced by the shared algorithm itself (issue 4's demonstration)
+    stage_gains = naive_reuse_by_training()
+    ok = min(stage_gains["naive"]) < 0 <= min(stage_gains["sat"])
+    if mutation == "require_seq_drop":
+        ok = ok and min(stage_gains["sat"]) < 0
+    T.cases += 1
+    T.slacks.append(-min(stage_gains["naive"]))
+    T._note(ok, f"training on coordination: naive did not lose J where sat did not: {stage_gains}")
+    findings.append(
+        "algorithm (exact TabularTeam, named_mdp('coordination'), mis-coordinated start 0.9, "
+        f"δ = 2, 3 stages): naive stage gains {np.round(stage_gains['naive'], 4).tolist()}, "
+        f"sat {np.round(stage_gains['sat'], 4).tolist()}. On the saved naive_reuse MDP the "
+        "algorithm's naive updates do not lose J: that counterexample needs targets that drift "
+        "at states the stale rollouts rarely visit, which trust-region steps on the stale "
+        "surrogate do not produce.")
     return T.result(name, findings, tightness=False)
+
+
+def naive_reuse_by_training(stages: int = 3, delta: float = 2.0, p: float = 0.9) -> dict:
+    """Exact-mode training of ``sat`` and ``naive`` on ``named_mdp("coordination")`` from a
+    mis-coordinated start (agent 0 plays 0 w.p. ``p``, agent 1 plays 1 w.p. ``p``): with the
+    stale stage-start advantages both agents switch and stay mis-coordinated, so a naive stage
+    lowers J; with intermediate occupancy agent 1 sees agent 0's new action and follows.
+    Returns ``{"sat": [stage true improvements], "naive": [...]}``."""
+    from ..algorithm import TrainConfig, train
+    from ..envs import named_mdp
+    from ..tabular_team import TabularTeam
+
+    mdp = named_mdp("coordination")
+    init = TeamPolicy.from_factors([np.tile([p, 1 - p], (2, 1)), np.tile([1 - p, p], (2, 1))], mdp)
+    out = {}
+    for method in ("sat", "naive"):
+        records = []
+        train(TabularTeam(mdp, init, mode="exact"), TrainConfig(method=method, stages=stages, delta=delta),
+              writer=_ListWriter(records))
+        out[method] = [r["true_improvement"] for r in records if r.get("kind") == "stage"]
+    return out
+
+
+class _ListWriter:
+    """A run writer that keeps the records in a list (see sat_theory.metrics.RunWriter)."""
+
+    def __init__(self, records: list):
+        self.records = records
+
+    def log(self, rec: dict) -> None:
+        self.records.append(rec)
+
+    def write_config(self, *a, **k) -> None:
+        pass
 
 
 # ------------------------------------------------------------------ §5 plug-and-play
