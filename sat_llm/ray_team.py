@@ -52,7 +52,9 @@ from pathlib import Path
 import numpy as np
 
 from sat_theory.errors import InputError
-from sat_theory.team import Batch, Episode, Turn
+from sat_theory.team import Batch, Episode
+
+from .team import EpisodeLoop
 
 __all__ = ["RayOptions", "AgentWorker", "RayTeam", "ray_options", "build_ray_team"]
 
@@ -94,12 +96,6 @@ class RayOptions:
 def _call_id() -> str:
     """A unique id for a parameter-changing actor call (see :meth:`AgentWorker._once`)."""
     return uuid.uuid4().hex
-
-
-def _stop_ids(tok) -> list[int]:
-    """The stop tokens of :meth:`sat_llm.team.LLMTeam._run_episodes` (eos and ``<|im_end|>``)."""
-    return sorted({tok.eos_token_id, *([tok.convert_tokens_to_ids("<|im_end|>")]
-                                       if "<|im_end|>" in tok.get_vocab() else [])})
 
 
 class AgentWorker:
@@ -236,36 +232,16 @@ class AgentWorker:
                     init_torch_rng=self.init_torch_rng, version=self.team._version[self.k])
 
     def generate(self, items, last: bool, greedy: bool, rng_state, chunk: int):
-        """Messages of this agent for ``items`` = ``[(prompt, history), ...]``: returns
-        ``(contexts, messages, logps, texts, rng_state)`` — context/message token ids, the
-        summed behaviour log-probability, the cleaned text for the shared context, and the
-        sampling RNG state after the draws (``None`` when none was given)."""
+        """:meth:`sat_llm.team.LLMTeam._messages` of this agent for ``items = [(prompt,
+        history), ...]``, plus the sampling RNG state after the draws (``None`` when none was
+        given): the proxy's RNG stream travels with the call."""
         import torch
 
-        from .rollout import generate
-
-        t, k, cfg = self.team, self.k, self.team.cfg
-        tok = t.tokenizer(k)
-        ctxs = [self.protocol.render(tok, p, h, self.agent, last) for p, h in items]
-        model = t._activate(k)
-        stop = _stop_ids(tok)
         if rng_state is not None:
             torch.set_rng_state(rng_state)
-        msgs, lps = [], []
-        for s in range(0, len(ctxs), chunk):
-            if t._engine is not None:  # GPU engine; behaviour log-probs rescored (as LLMTeam)
-                m_ = t._engine.generate(k, ctxs[s:s + chunk], max_new_tokens=cfg.max_new_tokens,
-                                        temperature=cfg.temperature, stop_ids=stop, greedy=greedy)
-                l_ = t._score(k, ctxs[s:s + chunk], m_)
-            else:
-                m_, l_ = generate(model, ctxs[s:s + chunk], max_new_tokens=cfg.max_new_tokens,
-                                  temperature=cfg.temperature, stop_ids=stop,
-                                  pad_id=tok.pad_token_id, greedy=greedy)
-            msgs += m_
-            lps += l_
-        texts = [self.protocol.clean(tok.decode(m, skip_special_tokens=True)) for m in msgs]
-        return (ctxs, msgs, [float(np.sum(lp)) for lp in lps], texts,
-                torch.get_rng_state() if rng_state is not None else None)
+        out = self.team._messages(self.k, items, last, greedy, chunk, protocol=self.protocol,
+                                  speaker=self.agent)
+        return (*out, torch.get_rng_state() if rng_state is not None else None)
 
     def update(self, key, batch, advantages, beta, reference, step_scale, correction,
                new_version, call_id=None):
@@ -316,7 +292,7 @@ class AgentWorker:
         self._once(call_id, lambda: self._load(d))
 
 
-class RayTeam:
+class RayTeam(EpisodeLoop):
     """See module docstring. ``cfg``: the :class:`~sat_llm.team.LLMConfig` of the team;
     ``opts``: :class:`RayOptions`. Connects to (or starts) Ray and creates one actor per
     agent; :meth:`close` kills them."""
@@ -398,82 +374,24 @@ class RayTeam:
         return self._subs[(key, agent)]
 
     # ---------------------------------------------------------------- episodes
-    def _run_episodes(self, problems, *, greedy: bool):
-        """:meth:`sat_llm.team.LLMTeam._run_episodes` with the agents' generation on their
-        actors (module docstring): same schedules, batching, RNG draws and bookkeeping."""
-        cfg, proto = self.cfg, self.protocol
-        E = len(problems)
-        schedules = [proto.schedule(self.rng) for _ in range(E)]
-        history: list[list[tuple[str, str]]] = [[] for _ in range(E)]
-        turns: list[list[tuple]] = [[] for _ in range(E)]
-        done = [False] * E
-        for t in range(proto.n_turns):
-            last = t == proto.n_turns - 1
-            by_agent: dict[int, list[int]] = {}
-            for e in range(E):
-                if not done[e]:
-                    by_agent.setdefault(schedules[e][t], []).append(e)
-            results = {}
-            if greedy:  # no RNG: the speakers of this turn generate in parallel
-                refs = {j: self.actors[j].generate.remote(
-                            [(problems[e].prompt, history[e]) for e in idx], last, True, None,
-                            cfg.eval_batch) for j, idx in by_agent.items()}
-                results = {j: self._get(r) for j, r in refs.items()}
-            else:  # one sampling RNG stream, in (turn, agent) order as in process
-                for j in sorted(by_agent):
-                    idx = by_agent[j]
-                    results[j] = self._get(self.actors[j].generate.remote(
-                        [(problems[e].prompt, history[e]) for e in idx], last, False,
-                        self._torch_rng, len(idx)))
-                    self._torch_rng = results[j][4]
-            for j in sorted(by_agent):
-                ctxs, msgs, lps, texts, _ = results[j]
-                for e, c, m, lp, text in zip(by_agent[j], ctxs, msgs, lps, texts, strict=True):
-                    turns[e].append((j, t, tuple(c), tuple(m), lp))
-                    history[e].append((f"agent {j + 1}", text))
-                    fb, fin = self.task.feedback(problems[e], text)
-                    if fb is not None:
-                        history[e].append(("environment", fb))
-                    done[e] = done[e] or fin
-        out = []
-        for e in range(E):
-            final = next((txt for who, txt in reversed(history[e]) if who.startswith("agent")), "")
-            out.append((turns[e], history[e], self.task.score(problems[e], final)))
-        return out
+    def _speak(self, items: dict, last: bool, greedy: bool) -> dict:
+        """:meth:`sat_llm.team.EpisodeLoop._speak` on the actors: greedy turns draw no random
+        numbers, so the speakers generate in parallel; sampled turns pass one RNG stream
+        from actor to actor in ascending agent order, as in process."""
+        cfg = self.cfg
+        if greedy:
+            refs = {j: self.actors[j].generate.remote(it, last, True, None, cfg.eval_batch)
+                    for j, it in items.items()}
+            return {j: self._get(r)[:4] for j, r in refs.items()}
+        results = {}
+        for j in sorted(items):
+            res = self._get(self.actors[j].generate.remote(items[j], last, False,
+                                                           self._torch_rng, len(items[j])))
+            results[j], self._torch_rng = res[:4], res[4]
+        return results
 
-    def rollout(self, n_groups: int, group_size: int) -> Batch:
-        """As :meth:`sat_llm.team.LLMTeam.rollout` (same problems, episodes and extras)."""
-        from .team import _Ctx
-
-        if n_groups < 1 or group_size < 1:
-            raise InputError(f"need n_groups >= 1 and group_size >= 1, got {n_groups}, {group_size}")
-        pick = self.rng.choice(len(self.train_pool), size=n_groups, replace=n_groups > len(self.train_pool))
-        problems = [self.train_pool[int(i)] for i in pick for _ in range(group_size)]
-        eps = self._run_episodes(problems, greedy=False)
-        episodes = []
-        for e, (turns, _, score) in enumerate(eps):
-            T = max((t for _, t, *_ in turns), default=0)
-            tl = [Turn(agent=j, context=_Ctx(c), action=m, logp=lp, t=t,
-                       reward_to_go=score * self.gamma ** (T - t)) for j, t, c, m, lp in turns]
-            episodes.append(Episode(group=e // group_size, turns=tl, ret=score * self.gamma ** T))
-        self._rollouts += 1
-        extra = dict(problems=[int(i) for i in pick], transcripts=[h for _, h, _ in eps],
-                     scores=[s for *_, s in eps],
-                     tokens=int(sum(len(m) for tr, *_ in eps for *_, m, _ in tr)),
-                     ray_key=uuid.uuid4().hex)
-        self.last_batch = Batch(episodes=episodes, rollout_id=self._rollouts, extra=extra)
-        return self.last_batch
-
-    def evaluate(self) -> float:
-        """Held-out accuracy, greedy, cached per parameter version (as LLMTeam)."""
-        key = self.version
-        if key not in self._eval_cache:
-            state = self.rng.bit_generator.state
-            eps = self._run_episodes(self.eval_set, greedy=True)
-            self.rng.bit_generator.state = state  # the router must not consume training RNG
-            self._eval_cache[key] = float(np.mean([s for *_, s in eps]))
-            self.last_eval = [(h, s) for _, h, s in eps]
-        return self._eval_cache[key]
+    def _rollout_extra(self) -> dict:
+        return dict(ray_key=uuid.uuid4().hex)  # names the batch on the actors
 
     # ---------------------------------------------------------------- parameters
     def snapshot(self, agent: int):

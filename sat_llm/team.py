@@ -152,7 +152,98 @@ def task_setup(cfg):
     return task, protocol, train_pool, eval_set
 
 
-class LLMTeam:
+def stop_ids(tok) -> list[int]:
+    """Stop tokens of a message: eos and, for chat models, ``<|im_end|>``."""
+    return sorted({tok.eos_token_id, *([tok.convert_tokens_to_ids("<|im_end|>")]
+                                       if "<|im_end|>" in tok.get_vocab() else [])})
+
+
+class EpisodeLoop:
+    """Shared-context turn-taking episodes, rollouts and held-out evaluation, written once for
+    every LLM team class. A team provides ``cfg``, ``protocol``, ``task``, ``train_pool``,
+    ``eval_set``, ``rng``, ``gamma``, ``version``, ``_rollouts``, ``_eval_cache`` and
+    :meth:`_speak` (where the speakers' messages are generated: in process, or on actors)."""
+
+    def _speak(self, items: dict, last: bool, greedy: bool) -> dict:
+        """``items = {agent: [(prompt, history), ...]}`` → ``{agent: (contexts, messages,
+        logps, texts)}`` for one turn; sampling draws happen in ascending agent order."""
+        raise NotImplementedError
+
+    def _rollout_extra(self) -> dict:
+        return {}
+
+    def _run_episodes(self, problems: list[Problem], *, greedy: bool):
+        """Play the protocol on ``problems`` (one episode each). Returns per-episode
+        ``(turns, history, score)`` with turns ``(agent, t, ctx_ids, msg_ids, logp)``."""
+        proto = self.protocol
+        E = len(problems)
+        schedules = [proto.schedule(self.rng) for _ in range(E)]
+        history: list[list[tuple[str, str]]] = [[] for _ in range(E)]
+        turns: list[list[tuple]] = [[] for _ in range(E)]
+        done = [False] * E
+        for t in range(proto.n_turns):
+            last = t == proto.n_turns - 1
+            by_agent: dict[int, list[int]] = {}
+            for e in range(E):
+                if not done[e]:
+                    by_agent.setdefault(schedules[e][t], []).append(e)
+            results = self._speak({j: [(problems[e].prompt, history[e]) for e in idx]
+                                   for j, idx in by_agent.items()}, last, greedy)
+            # each episode has one speaker per turn, so applying the results after all
+            # speakers generated equals applying them speaker by speaker
+            for j in sorted(by_agent):
+                ctxs, msgs, lps, texts = results[j]
+                for e, c, m, lp, text in zip(by_agent[j], ctxs, msgs, lps, texts, strict=True):
+                    turns[e].append((j, t, tuple(c), tuple(m), lp))
+                    history[e].append((f"agent {j + 1}", text))
+                    fb, fin = self.task.feedback(problems[e], text)
+                    if fb is not None:
+                        history[e].append(("environment", fb))
+                    done[e] = done[e] or fin
+        out = []
+        for e in range(E):
+            final = next((txt for who, txt in reversed(history[e]) if who.startswith("agent")), "")
+            out.append((turns[e], history[e], self.task.score(problems[e], final)))
+        return out
+
+    def rollout(self, n_groups: int, group_size: int) -> Batch:
+        """``n_groups`` training problems (drawn with the team's seeded RNG) × ``group_size``
+        sampled episodes each, under the current agents."""
+        if n_groups < 1 or group_size < 1:
+            raise InputError(f"need n_groups >= 1 and group_size >= 1, got {n_groups}, {group_size}")
+        pick = self.rng.choice(len(self.train_pool), size=n_groups, replace=n_groups > len(self.train_pool))
+        problems = [self.train_pool[int(i)] for i in pick for _ in range(group_size)]
+        eps = self._run_episodes(problems, greedy=False)
+        episodes = []
+        for e, (turns, _hist, score) in enumerate(eps):
+            T = max((t for _, t, *_ in turns), default=0)
+            tl = [Turn(agent=j, context=_Ctx(c), action=m, logp=lp, t=t,
+                       reward_to_go=score * self.gamma ** (T - t)) for j, t, c, m, lp in turns]
+            episodes.append(Episode(group=e // group_size, turns=tl,
+                                    ret=score * self.gamma ** T))
+        self._rollouts += 1
+        extra = dict(problems=[int(i) for i in pick],
+                     transcripts=[h for _, h, _ in eps],
+                     scores=[s for *_, s in eps],
+                     tokens=int(sum(len(m) for tr, *_ in eps for *_, m, _ in tr)),
+                     **self._rollout_extra())
+        self.last_batch = Batch(episodes=episodes, rollout_id=self._rollouts, extra=extra)
+        return self.last_batch
+
+    def evaluate(self) -> float:
+        """Held-out accuracy: mean score over the eval split, greedy decoding (cached per
+        parameter version; uses no RNG, so it does not perturb training)."""
+        key = self.version
+        if key not in self._eval_cache:
+            state = self.rng.bit_generator.state
+            eps = self._run_episodes(self.eval_set, greedy=True)
+            self.rng.bit_generator.state = state  # the random router must not consume training RNG
+            self._eval_cache[key] = float(np.mean([s for *_, s in eps]))
+            self.last_eval = [(h, s) for _, h, s in eps]
+        return self._eval_cache[key]
+
+
+class LLMTeam(EpisodeLoop):
     """See module docstring. ``model``/``tokenizer`` may be passed in (tests) to skip loading."""
 
     def __init__(self, cfg: LLMConfig, model=None, tokenizer=None):
@@ -263,55 +354,39 @@ class LLMTeam:
         return tuple(self._version)
 
     # ---------------------------------------------------------------- episodes
-    def _run_episodes(self, problems: list[Problem], *, greedy: bool):
-        """Play the protocol on ``problems`` (one episode each). Returns per-episode
-        ``(turns, history, score)`` with turns ``(agent, t, ctx_ids, msg_ids, logp)``."""
-        cfg, proto = self.cfg, self.protocol
-        E = len(problems)
-        schedules = [proto.schedule(self.rng) for _ in range(E)]
-        history: list[list[tuple[str, str]]] = [[] for _ in range(E)]
-        turns: list[list[tuple]] = [[] for _ in range(E)]
-        done = [False] * E
-        for t in range(proto.n_turns):
-            last = t == proto.n_turns - 1
-            by_agent: dict[int, list[int]] = {}
-            for e in range(E):
-                if not done[e]:
-                    by_agent.setdefault(schedules[e][t], []).append(e)
-            for j in sorted(by_agent):
-                idx = by_agent[j]
-                tok = self.tokenizer(j)
-                ctxs = [proto.render(tok, problems[e].prompt, history[e], j, last) for e in idx]
-                model = self._activate(j)
-                stop = sorted({tok.eos_token_id, *([tok.convert_tokens_to_ids("<|im_end|>")]
-                                                   if "<|im_end|>" in tok.get_vocab() else [])})
-                msgs, lps = [], []
-                step = cfg.eval_batch if greedy else len(idx)
-                for s in range(0, len(idx), step):
-                    if self._engine is not None:  # GPU engine; behaviour log-probs rescored here
-                        m_ = self._engine.generate(j, ctxs[s:s + step], max_new_tokens=cfg.max_new_tokens,
-                                                   temperature=cfg.temperature, stop_ids=stop,
-                                                   greedy=greedy)
-                        l_ = self._score(j, ctxs[s:s + step], m_)
-                    else:
-                        m_, l_ = generate(model, ctxs[s:s + step], max_new_tokens=cfg.max_new_tokens,
-                                          temperature=cfg.temperature, stop_ids=stop,
-                                          pad_id=tok.pad_token_id, greedy=greedy)
-                    msgs += m_
-                    lps += l_
-                for e, c, m, lp in zip(idx, ctxs, msgs, lps, strict=True):
-                    text = proto.clean(tok.decode(m, skip_special_tokens=True))
-                    turns[e].append((j, t, tuple(c), tuple(m), float(np.sum(lp))))
-                    history[e].append((f"agent {j + 1}", text))
-                    fb, fin = self.task.feedback(problems[e], text)
-                    if fb is not None:
-                        history[e].append(("environment", fb))
-                    done[e] = done[e] or fin
-        out = []
-        for e in range(E):
-            final = next((txt for who, txt in reversed(history[e]) if who.startswith("agent")), "")
-            out.append((turns[e], history[e], self.task.score(problems[e], final)))
-        return out
+    @torch.no_grad()
+    def _speak(self, items: dict, last: bool, greedy: bool) -> dict:
+        """:meth:`EpisodeLoop._speak`: every speaker generates here, in agent order."""
+        return {j: self._messages(j, it, last, greedy, self.cfg.eval_batch if greedy else len(it))
+                for j, it in sorted(items.items())}
+
+    @torch.no_grad()
+    def _messages(self, k: int, items, last: bool, greedy: bool, chunk: int, *,
+                  protocol: Protocol | None = None, speaker: int | None = None):
+        """Messages of agent ``k`` for ``items = [(prompt, history), ...]`` in chunks of
+        ``chunk``: ``(contexts, messages, logps, texts)`` — context/message token ids, the
+        summed behaviour log-probability and the cleaned text for the shared context.
+        ``protocol``/``speaker``: the team's protocol and the agent's index in it (default:
+        this team's and ``k``; a Ray actor holds a one-agent team of a larger protocol)."""
+        cfg, proto = self.cfg, protocol or self.protocol
+        tok = self.tokenizer(k)
+        ctxs = [proto.render(tok, p, h, k if speaker is None else speaker, last) for p, h in items]
+        model = self._activate(k)
+        stop = stop_ids(tok)
+        msgs, lps = [], []
+        for s in range(0, len(ctxs), chunk):
+            if self._engine is not None:  # GPU engine; behaviour log-probs rescored here
+                m_ = self._engine.generate(k, ctxs[s:s + chunk], max_new_tokens=cfg.max_new_tokens,
+                                           temperature=cfg.temperature, stop_ids=stop, greedy=greedy)
+                l_ = self._score(k, ctxs[s:s + chunk], m_)
+            else:
+                m_, l_ = generate(model, ctxs[s:s + chunk], max_new_tokens=cfg.max_new_tokens,
+                                  temperature=cfg.temperature, stop_ids=stop,
+                                  pad_id=tok.pad_token_id, greedy=greedy)
+            msgs += m_
+            lps += l_
+        texts = [proto.clean(tok.decode(m, skip_special_tokens=True)) for m in msgs]
+        return ctxs, msgs, [float(np.sum(lp)) for lp in lps], texts
 
     @torch.no_grad()
     def _score(self, agent: int, ctxs, msgs) -> list[np.ndarray]:
@@ -326,42 +401,6 @@ class LLMTeam:
             tl = message_logprobs(logp, toks, mask).double().numpy()
             out += [tl[b, :len(m)] for b, m in enumerate(msgs[s:s + self.cfg.minibatch])]
         return out
-
-    def rollout(self, n_groups: int, group_size: int) -> Batch:
-        """``n_groups`` training problems (drawn with the team's seeded RNG) × ``group_size``
-        sampled episodes each, under the current agents."""
-        if n_groups < 1 or group_size < 1:
-            raise InputError(f"need n_groups >= 1 and group_size >= 1, got {n_groups}, {group_size}")
-        pick = self.rng.choice(len(self.train_pool), size=n_groups, replace=n_groups > len(self.train_pool))
-        problems = [self.train_pool[int(i)] for i in pick for _ in range(group_size)]
-        eps = self._run_episodes(problems, greedy=False)
-        episodes = []
-        for e, (turns, _hist, score) in enumerate(eps):
-            T = max((t for _, t, *_ in turns), default=0)
-            tl = [Turn(agent=j, context=_Ctx(c), action=m, logp=lp, t=t,
-                       reward_to_go=score * self.gamma ** (T - t)) for j, t, c, m, lp in turns]
-            episodes.append(Episode(group=e // group_size, turns=tl,
-                                    ret=score * self.gamma ** T))
-        self._rollouts += 1
-        extra = dict(problems=[int(i) for i in pick],
-                     transcripts=[h for _, h, _ in eps],
-                     scores=[s for *_, s in eps],
-                     tokens=int(sum(len(m) for tr, *_ in eps for *_, m, _ in tr)))
-        self.last_batch = Batch(episodes=episodes, rollout_id=self._rollouts, extra=extra)
-        return self.last_batch
-
-    @torch.no_grad()
-    def evaluate(self) -> float:
-        """Held-out accuracy: mean score over the eval split, greedy decoding (cached per
-        parameter version; uses no RNG, so it does not perturb training)."""
-        key = self.version
-        if key not in self._eval_cache:
-            state = self.rng.bit_generator.state
-            eps = self._run_episodes(self.eval_set, greedy=True)
-            self.rng.bit_generator.state = state  # the random router must not consume training RNG
-            self._eval_cache[key] = float(np.mean([s for *_, s in eps]))
-            self.last_eval = [(h, s) for _, h, s in eps]
-        return self._eval_cache[key]
 
     # ---------------------------------------------------------------- parameters
     def snapshot(self, agent: int) -> AgentSnapshot:
