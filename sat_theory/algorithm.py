@@ -64,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from .certificates import penalty_constant
 from .errors import InputError
 from .estimators import empirical_stage_bound, group_advantages, sat_finite_sample_term
 from .team import Batch, Team
@@ -258,7 +259,7 @@ def stage_lower_bound(L, delta, zeta, gamma: float, A_max: float) -> float:
     """THEORY §4 stage bound ``Σ L_i − c Σ √δ_i − Σ ζ_i/(1−γ)``, ``c = √2 γ A_max/(1−γ)²``."""
     if gamma >= 1:
         return float("nan")
-    c = math.sqrt(2.0) * gamma * A_max / (1.0 - gamma) ** 2
+    c = penalty_constant(gamma, A_max)
     return float(np.sum(L) - c * np.sum(np.sqrt(np.maximum(delta, 0.0)))
                  - np.sum(zeta) / (1.0 - gamma))
 
@@ -536,9 +537,6 @@ class _Stage:
                                         cfg.delta_max))
 
 
-def _c(gamma: float, A_max: float) -> float:
-    return math.sqrt(2.0) * gamma * A_max / (1.0 - gamma) ** 2 if gamma < 1 else float("nan")
-
 
 def run_stage(team: Team, cfg: TrainConfig, state: RunState, *,
               log: Callable[[dict], None] | None = None,
@@ -644,7 +642,7 @@ def _stage_record(st: _Stage, order: list[int], steps: list[dict], J_before: flo
     else:
         A_max = getattr(team, "advantage_bound", None)
         rec.update(true_improvement=J_after - J_before, lower_bound_source="estimated",
-                   A_max=A_max, c=_c(gamma, A_max) if A_max is not None and gamma < 1 else None,
+                   A_max=A_max, c=penalty_constant(gamma, A_max) if A_max is not None and gamma < 1 else None,
                    lower_bound=(stage_lower_bound(L_hat, d_hat, z_hat, gamma, A_max)
                                 if A_max is not None and gamma < 1 else None))
         for k in ("lower_bound_max", "lower_bound_stale", "lower_bound_fnorm", "lower_bound_tv"):
