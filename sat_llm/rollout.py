@@ -41,23 +41,24 @@ def _gen_config(max_new_tokens: int, temperature: float, greedy: bool, stop_ids,
 
 @torch.no_grad()
 def generate(model, contexts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float = 1.0,
-             stop_ids: Sequence[int], pad_id: int, greedy: bool = False
-             ) -> tuple[list[list[int]], list[np.ndarray]]:
+             stop_ids: Sequence[int], pad_id: int, greedy: bool = False,
+             share_prefix: bool = True) -> tuple[list[list[int]], list[np.ndarray]]:
     """Sample one message per context. Returns ``(messages, logps)``: token ids cut after the
     first stop token, and the per-token behaviour log-probabilities under
     ``softmax(logits/τ)`` (for greedy decoding: under ``τ``-softmax too, for reference).
 
+    ``share_prefix``: when contexts repeat (the G rollouts of one prompt), each distinct
+    context is prefilled once and its KV cache repeated for its copies (see
+    :func:`_shared_prefix_cache`); the result is the same computation up to float roundoff.
     Sampling uses the global torch RNG (seed it for reproducibility)."""
     if not contexts:
         return [], []
-    L = max(len(c) for c in contexts)
-    ids = torch.full((len(contexts), L), int(pad_id), dtype=torch.long)  # (B, L) left-padded
-    mask = torch.zeros((len(contexts), L), dtype=torch.long)
-    for b, c in enumerate(contexts):
-        ids[b, L - len(c):] = torch.tensor(list(c), dtype=torch.long)
-        mask[b, L - len(c):] = 1
+    ids, mask = _left_pad(contexts, pad_id)  # (B, L)
+    L = ids.shape[1]
     cfg = _gen_config(max_new_tokens, temperature, greedy, stop_ids, pad_id)
-    out = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
+    cache = _shared_prefix_cache(model, contexts, pad_id) if share_prefix else None
+    out = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg,
+                         **({"cache": cache} if cache is not None else {}))
     gen = out.sequences[:, L:]  # (B, T)
     T = gen.shape[1]
     logps = torch.empty(gen.shape, dtype=torch.float64)
@@ -72,6 +73,39 @@ def generate(model, contexts: Sequence[Sequence[int]], *, max_new_tokens: int, t
         msgs.append(row[:end])
         lps.append(logps[b, :end].numpy())
     return msgs, lps
+
+
+def _left_pad(contexts, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, attention_mask)``, both (B, L), of the contexts left-padded to the longest."""
+    L = max(len(c) for c in contexts)
+    ids = torch.full((len(contexts), L), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((len(contexts), L), dtype=torch.long)
+    for b, c in enumerate(contexts):
+        ids[b, L - len(c):] = torch.tensor(list(c), dtype=torch.long)
+        mask[b, L - len(c):] = 1
+    return ids, mask
+
+
+def _shared_prefix_cache(model, contexts, pad_id: int):
+    """KV cache of every context but its last token, computed once per *distinct* context and
+    gathered to one row per context; ``None`` when no context repeats (nothing to share) or a
+    context has a single token. ``generate`` then runs only the last context token and the
+    decoding steps for all rows. Why: with G rollouts per prompt the prefill is ~a third of
+    the batched rollout time and batching barely speeds it up; sharing it does
+    (BENCHMARKS.md, LLM section). Position ids follow the left padding exactly as
+    ``generate`` derives them (``cumsum(mask) − 1``), so the cache equals the unshared one up
+    to float roundoff."""
+    keys = [tuple(c) for c in contexts]
+    first: dict[tuple, int] = {}
+    inverse = [first.setdefault(k, len(first)) for k in keys]
+    if len(first) == len(keys) or min(len(k) for k in keys) < 2:
+        return None
+    ids, mask = _left_pad(list(first), pad_id)  # same width as the full batch
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1],
+                  use_cache=True).cache
+    cache.batch_select_indices(torch.tensor(inverse))
+    return cache
 
 
 def pad_right(contexts: Sequence[Sequence[int]], messages: Sequence[Sequence[int]], pad_id: int):

@@ -68,6 +68,36 @@ def test_sampling_is_seeded(tiny):
     assert a == b
 
 
+def test_shared_prefix_prefill_equals_the_plain_batch(tiny):
+    """Repeated contexts (G rollouts of a prompt, here of different lengths) prefilled once:
+    same messages and log-probs as the unshared batch, and the prefill really is shared."""
+    model, tok = tiny
+    ctxs = [c for c in _contexts(tok) for _ in range(3)]
+    calls = []
+
+    def spy(module, args, kwargs):  # a hook: replacing forward would change generate's inputs
+        calls.append(tuple(kwargs["input_ids"].shape))
+
+    for greedy in (True, False):
+        out = {}
+        for share in (False, True):
+            calls.clear()
+            hook = model.register_forward_pre_hook(spy, with_kwargs=True)
+            try:
+                torch.manual_seed(5)
+                out[share] = generate(model, ctxs, max_new_tokens=6, temperature=0.8, stop_ids=[2],
+                                      pad_id=0, greedy=greedy, share_prefix=share)
+            finally:
+                hook.remove()
+            out[share, "calls"] = list(calls)
+        assert out[True][0] == out[False][0]
+        for a, b in zip(out[True][1], out[False][1], strict=True):
+            assert np.allclose(a, b, atol=1e-5)
+        L = max(len(c) for c in ctxs)
+        assert out[False, "calls"][0] == (9, L)  # plain: every row prefilled
+        assert out[True, "calls"][:2] == [(3, L - 1), (9, 1)]  # once per prompt, then the last token
+
+
 def test_protocol_is_canonical_and_shares_the_context(tiny):
     _, tok = tiny
     p = Protocol(3)
