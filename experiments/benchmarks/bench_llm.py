@@ -152,8 +152,8 @@ def bench_throughput(team, mb: ModelBench, cfg: LLMBenchConfig) -> dict:
     tok = team.tokenizer(0)
     model = team._activate(0)
     last = team.protocol.n_turns == 1
-    # prompts whose contexts have one common length (the most frequent one in the pool), so
-    # that the shared-prefix variant can stack their caches without padding
+    # prompts whose contexts have one common length (the most frequent one in the pool), as in
+    # the first turn of a rollout batch
     by_len: dict[int, list] = {}
     for p in team.train_pool:
         by_len.setdefault(len(team.protocol.render(tok, p.prompt, [], 0, last)), []).append(p)
@@ -182,36 +182,12 @@ def bench_throughput(team, mb: ModelBench, cfg: LLMBenchConfig) -> dict:
             generate(model, [c], **kw1)
         return len(ctxs)
 
-    def shared_prefix():
-        """Prototype, not in sat_llm: each prompt's context prefilled once (all but its last
-        token; the prompts have equal context length, so B rows without padding), the KV
-        cache repeated for the G rows of each group, then one generate over all B·G rows as
-        in ``generate`` (same config and stop rule; with the same seed it samples the same
-        tokens as a plain generate)."""
-        import warnings
-
-        from transformers import DynamicCache  # noqa: F401  (the cache type used below)
-
-        from sat_llm.rollout import _gen_config
-
-        gcfg = _gen_config(mb.max_new_tokens, 1.0, False, stop, tok.pad_token_id)
-        n_tok = 0
-        G = mb.group_size
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            firsts = [ctxs[k] for k in range(0, len(ctxs), G)]
-            cache = model(input_ids=torch.tensor([c[:-1] for c in firsts]),
-                          use_cache=True).past_key_values
-            cache.batch_repeat_interleave(G)
-            ids = torch.tensor(ctxs)
-            seq = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                 past_key_values=cache, generation_config=gcfg).sequences
-            for row in seq[:, ids.shape[1]:].tolist():
-                n_tok += next((u + 1 for u, x in enumerate(row) if x in stop), len(row))
-        return n_tok
+    def batched_unshared():  # the same batch without sat_llm's shared-prefix prefill
+        msgs, _ = generate(model, ctxs, **kw, share_prefix=False)
+        return sum(len(m) for m in msgs)
 
     cases = {"batched": batched, "per_sample": per_sample, "batched_prefill": batched_prefill,
-             "per_sample_prefill": per_sample_prefill, "shared_prefix": shared_prefix}
+             "per_sample_prefill": per_sample_prefill, "batched_unshared": batched_unshared}
     torch.manual_seed(cfg.seed)
     generate(model, ctxs[:2], **{**kw, "max_new_tokens": 2})  # warm-up: lazy inits, allocator
     rounds: dict[str, list] = {k: [] for k in cases}
@@ -234,8 +210,8 @@ def bench_throughput(team, mb: ModelBench, cfg: LLMBenchConfig) -> dict:
             "batched_tok_s": best["batched"]["tokens_per_s"],
             "per_sample_tok_s": best["per_sample"]["tokens_per_s"],
             "speedup": best["batched"]["tokens_per_s"] / best["per_sample"]["tokens_per_s"],
-            "shared_prefix_tok_s": best["shared_prefix"]["tokens_per_s"],
-            "shared_prefix_speedup": best["shared_prefix"]["tokens_per_s"]
+            "unshared_tok_s": best["batched_unshared"]["tokens_per_s"],
+            "unshared_speedup": best["batched_unshared"]["tokens_per_s"]
             / best["per_sample"]["tokens_per_s"],
             "prefill_seconds_batched": pre_b, "prefill_seconds_per_sample": pre_s,
             "prefill_share_batched": pre_b / best["batched"]["seconds"],
@@ -496,7 +472,7 @@ def main(quick: bool = False, out: str | None = None, cfg: LLMBenchConfig | None
              "prefill_share": r["throughput"]["prefill_share_batched"],
              "prefill_x": r["throughput"]["prefill_speedup"],
              "decode_x": r["throughput"]["decode_speedup"],
-             "shared_prefix_x": r["throughput"]["shared_prefix_speedup"], "t_update": r["kl"]["t_update"],
+             "unshared_x": r["throughput"]["unshared_speedup"], "t_update": r["kl"]["t_update"],
              "t_kl": r["kl"]["t_kl"], "kl/update": r["kl"]["kl_over_update"],
              "kl/update_cached": r["kl"]["kl_over_update_cached_ref"],
              "sampled/update": r["kl"]["sampled_over_update"],
