@@ -8,6 +8,7 @@ least disturbed run) and its median; ratios are taken of the minima.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import os
@@ -168,3 +169,23 @@ def target_line(name: str, value: float, goal: float, higher_is_better: bool = T
     """A target check: ``met`` is whether ``value`` reaches ``goal``."""
     met = value >= goal if higher_is_better else value <= goal
     return {"target": name, "value": value, "goal": goal, "met": bool(met)}
+
+
+def print_targets(targets: list[dict], path) -> None:
+    """One MET/MISSED line per target (:func:`target_line`), then where the JSON went."""
+    for t in targets:
+        print(f"  {'MET   ' if t['met'] else 'MISSED'} {t['target']}: {t['value']:.3g} (goal {t['goal']:g})")
+    print(f"JSON: {path}")
+
+
+def script_main(main: Callable, doc: str, name: str, quick_help: str) -> None:
+    """The command line shared by the tabular benchmark scripts: ``--quick``, ``--out``,
+    ``--blas-threads``; runs ``main(quick=..., out=...)`` under the BLAS thread limit."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    ap.add_argument("--out", help=f"JSON output path (default results/{name}.json)")
+    ap.add_argument("--blas-threads", type=int, default=None,
+                    help="limit every BLAS library to this many threads (default: unchanged)")
+    a = ap.parse_args()
+    with blas_threads(a.blas_threads):
+        main(quick=a.quick, out=a.out)

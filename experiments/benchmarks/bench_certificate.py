@@ -12,13 +12,20 @@ Run: ``python experiments/benchmarks/bench_certificate.py [--quick]``.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from _common import blas_threads, fmt_table, interleaved, machine_info, save_json, target_line
+from _common import (
+    fmt_table,
+    interleaved,
+    machine_info,
+    print_targets,
+    save_json,
+    script_main,
+    target_line,
+)
 
 from sat_theory import (
     TeamPolicy,
@@ -104,18 +111,9 @@ def main(quick: bool = False, out: str | None = None, cfg: CertBenchConfig | Non
     if verbose:
         print("full stage certificate (n+1 evaluations with d, Q, A), seconds")
         print(fmt_table(rows, ["layout", "S", "n", "K", "ours", "naive", "naive/ours", "max_abs_diff"]))
-        for t in targets:
-            print(f"  {'MET   ' if t['met'] else 'MISSED'} {t['target']}: {t['value']:.3g} (goal {t['goal']})")
-        print(f"JSON: {path}")
+        print_targets(targets, path)
     return result
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small cases")
-    ap.add_argument("--out", help="JSON output path (default results/bench_certificate.json)")
-    ap.add_argument("--blas-threads", type=int, default=None,
-                    help="limit every BLAS library to this many threads (default: unchanged)")
-    a = ap.parse_args()
-    with blas_threads(a.blas_threads):
-        main(quick=a.quick, out=a.out)
+    script_main(main, __doc__, "bench_certificate", "small cases")

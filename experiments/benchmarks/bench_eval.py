@@ -28,13 +28,20 @@ Run: ``python experiments/benchmarks/bench_eval.py [--quick]`` (or ``sat bench``
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from _common import blas_threads, fmt_table, interleaved, machine_info, save_json, target_line
+from _common import (
+    fmt_table,
+    interleaved,
+    machine_info,
+    print_targets,
+    save_json,
+    script_main,
+    target_line,
+)
 
 from sat_theory import FactorizedMDP, TeamPolicy, evaluate, joint_policy, random_mdp
 from sat_theory.evaluate import collapse
@@ -224,18 +231,9 @@ def main(quick: bool = False, out: str | None = None, cfg: EvalBenchConfig | Non
             print(fmt_table([result["file_target"]], ["ours_files", "ours_memory", "load_only",
                                                        "quantecon", "lapack", "quantecon/ours",
                                                        "lapack/ours"]))
-        for t in result["targets"]:
-            print(f"  {'MET   ' if t['met'] else 'MISSED'} {t['target']}: {t['value']:.3g} (goal {t['goal']})")
-        print(f"JSON: {path}")
+        print_targets(result["targets"], path)
     return result
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small grid (CI-sized)")
-    ap.add_argument("--out", help="JSON output path (default results/bench_eval.json)")
-    ap.add_argument("--blas-threads", type=int, default=None,
-                    help="limit every BLAS library to this many threads (default: unchanged)")
-    a = ap.parse_args()
-    with blas_threads(a.blas_threads):
-        main(quick=a.quick, out=a.out)
+    script_main(main, __doc__, "bench_eval", "small grid (CI-sized)")

@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from _common import fmt_table, machine_info, save_json, target_line
+from _common import fmt_table, machine_info, print_targets, save_json, target_line
 
 REPO = Path(__file__).resolve().parents[2]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -489,10 +489,7 @@ def main(quick: bool = False, out: str | None = None, cfg: LLMBenchConfig | None
     path = save_json(result, "bench_llm" + ("_quick" if quick else ""), out)
     if verbose:
         print(fmt_table(rows, list(rows[0])))
-        for t in targets:
-            print(f"{t['target']}: {t['value']:.3g} (goal {t['goal']:g}) "
-                  f"{'MET' if t['met'] else 'MISSED'}")
-        print(f"JSON: {path}")
+        print_targets(targets, path)
     return result
 
 

@@ -19,12 +19,11 @@ Run: ``python experiments/benchmarks/bench_scaling.py [--quick]``.
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from _common import blas_threads, fmt_table, interleaved, machine_info, save_json
+from _common import fmt_table, interleaved, machine_info, save_json, script_main
 
 from sat_theory import TeamPolicy, evaluate, random_mdp, stage_certificate
 
@@ -133,11 +132,4 @@ def main(quick: bool = False, out: str | None = None, cfg: ScalingConfig | None 
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smaller ranges")
-    ap.add_argument("--out", help="JSON output path (default results/bench_scaling.json)")
-    ap.add_argument("--blas-threads", type=int, default=None,
-                    help="limit every BLAS library to this many threads (default: unchanged)")
-    a = ap.parse_args()
-    with blas_threads(a.blas_threads):
-        main(quick=a.quick, out=a.out)
+    script_main(main, __doc__, "bench_scaling", "smaller ranges")

@@ -15,17 +15,17 @@ Run: ``python experiments/benchmarks/bench_sparse.py [--quick]`` (quick skips S=
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 from _common import (
-    blas_threads,
     fmt_table,
     interleaved,
     machine_info,
+    print_targets,
     save_json,
+    script_main,
     target_line,
     time_once,
 )
@@ -116,18 +116,9 @@ def main(quick: bool = False, out: str | None = None, cfg: SparseBenchConfig | N
         print("large sparse turn-taking MDPs, seconds")
         print(fmt_table(rows, ["S", "gamma", "ours_V", "ours_d", "residual", "VI", "VI_sweeps",
                                "VI/ours"]))
-        for t in targets:
-            print(f"  {'MET   ' if t['met'] else 'MISSED'} {t['target']}: {t['value']:.3g} (goal {t['goal']})")
-        print(f"JSON: {path}")
+        print_targets(targets, path)
     return result
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="skip S=10⁶")
-    ap.add_argument("--out", help="JSON output path (default results/bench_sparse.json)")
-    ap.add_argument("--blas-threads", type=int, default=None,
-                    help="limit every BLAS library to this many threads (default: unchanged)")
-    a = ap.parse_args()
-    with blas_threads(a.blas_threads):
-        main(quick=a.quick, out=a.out)
+    script_main(main, __doc__, "bench_sparse", "skip S=10⁶")

@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from _common import fmt_table, machine_info, save_json, target_line
+from _common import fmt_table, machine_info, print_targets, save_json, target_line
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -145,10 +145,7 @@ def main(quick: bool = False, out: str | None = None, cfg: SuitesConfig | None =
         slow = sorted(ver["runs"][0]["checks"].items(), key=lambda kv: -(kv[1] or 0))[:5]
         if slow:
             print("slowest checks: " + ", ".join(f"{k} {v:.1f}s" for k, v in slow))
-        for t in targets:
-            print(f"{t['target']}: {t['value']:.1f} (goal < {t['goal']:g}) "
-                  f"{'MET' if t['met'] else 'MISSED'}")
-        print(f"JSON: {path}")
+        print_targets(targets, path)
     return result
 
 
