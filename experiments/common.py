@@ -80,6 +80,13 @@ def parse_options(argv=None, description: str = "") -> Options:
                    workers=a.workers, ray_address=a.ray_address)
 
 
+def run_study(run, doc: str, argv=None) -> int:
+    """``main()`` of a study script: parse the shared options, run, print the written paths."""
+    for p in run(parse_options(argv, doc)):
+        print(p)
+    return 0
+
+
 def write_csv(df: pd.DataFrame, out: Path, name: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.csv"

@@ -29,7 +29,7 @@ if __package__ in (None, ""):
 import numpy as np
 import pandas as pd
 
-from experiments.common import Options, exact_stage, parse_options, write_csv
+from experiments.common import Options, exact_stage, run_study, write_csv
 from sat_theory.certificates import BOUND_KEYS, holds
 from sat_theory.envs import random_mdp
 from sat_theory.plotting import paper_style, plot_certificate_ladder, save_figure
@@ -100,9 +100,7 @@ def run(opts: Options) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    for p in run(parse_options(argv, __doc__)):
-        print(p)
-    return 0
+    return run_study(run, __doc__, argv)
 
 
 if __name__ == "__main__":

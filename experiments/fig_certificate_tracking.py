@@ -15,7 +15,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from experiments.common import Options, parse_options, write_csv
+from experiments.common import Options, run_study, write_csv
 from experiments.runs import ensure_runs, load, main_runset
 from sat_theory.plotting import paper_style, plot_certificate_tracking, save_figure
 
@@ -39,9 +39,7 @@ def run(opts: Options) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    for p in run(parse_options(argv, __doc__)):
-        print(p)
-    return 0
+    return run_study(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ if __package__ in (None, ""):
 import numpy as np
 import pandas as pd
 
-from experiments.common import Options, exact_stage, parse_options, write_csv
+from experiments.common import Options, exact_stage, run_study, write_csv
 from sat_theory.certificates import intermediate_policies
 from sat_theory.envs import random_mdp
 from sat_theory.estimators import importance_weight_ess, sample_trajectory_weights
@@ -102,9 +102,7 @@ def run(opts: Options) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    for p in run(parse_options(argv, __doc__)):
-        print(p)
-    return 0
+    return run_study(run, __doc__, argv)
 
 
 if __name__ == "__main__":

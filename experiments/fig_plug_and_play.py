@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from experiments.common import Options, parse_options, write_csv
+from experiments.common import Options, run_study, write_csv
 from experiments.runs import RunSet, ensure_runs, load
 from sat_theory.plotting import paper_style, plot_plug_and_play, save_figure
 
@@ -110,9 +110,7 @@ def run(opts: Options) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    for p in run(parse_options(argv, __doc__)):
-        print(p)
-    return 0
+    return run_study(run, __doc__, argv)
 
 
 if __name__ == "__main__":

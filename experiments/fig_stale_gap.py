@@ -21,7 +21,7 @@ if __package__ in (None, ""):
 
 import matplotlib.pyplot as plt
 
-from experiments.common import Options, parse_options, write_csv
+from experiments.common import Options, run_study, write_csv
 from experiments.runs import ensure_runs, load, main_runset
 from sat_theory.plotting import paper_style, plot_stale_gap, save_figure
 
@@ -52,9 +52,7 @@ def run(opts: Options) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    for p in run(parse_options(argv, __doc__)):
-        print(p)
-    return 0
+    return run_study(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from experiments.common import (
     Options,
     exact_stage,
     fit_power_law,
-    parse_options,
+    run_study,
     write_csv,
     write_json,
 )
@@ -132,9 +132,7 @@ def run(opts: Options) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    for p in run(parse_options(argv, __doc__)):
-        print(p)
-    return 0
+    return run_study(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ if __package__ in (None, ""):
 import numpy as np
 import pandas as pd
 
-from experiments.common import Options, parse_options, write_csv
+from experiments.common import Options, run_study, write_csv
 from experiments.report import PAPER
 from experiments.runs import RunSet, ensure_runs, load
 
@@ -100,9 +100,7 @@ def run(opts: Options) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    for p in run(parse_options(argv, __doc__)):
-        print(p)
-    return 0
+    return run_study(run, __doc__, argv)
 
 
 if __name__ == "__main__":
