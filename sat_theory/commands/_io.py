@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 
+from ..errors import InputError
+
 
 def jsonable(x):
     """Convert numpy scalars/arrays, tuples and non-finite floats to strict-JSON values.
@@ -49,3 +51,17 @@ def table(rows: list[dict], columns: list[str], fmt: str = "{:.6g}") -> str:
              "  ".join("-" * w for w in widths)]
     lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
     return "\n".join(lines)
+
+
+def pick_names(only: str | None, allowed, what: str) -> list[str]:
+    """The names of a comma-separated ``--only`` (all of ``allowed`` when ``None``); an unknown
+    or empty selection is an :class:`InputError` listing the choices."""
+    allowed = list(allowed)
+    if only is None:
+        return allowed
+    names = [x.strip() for x in only.split(",") if x.strip()]
+    unknown = [x for x in names if x not in allowed]
+    if unknown or not names:
+        raise InputError(f"unknown {what} {', '.join(unknown) or repr(only)}; "
+                         f"choose from {', '.join(allowed)}")
+    return names

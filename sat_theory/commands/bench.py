@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import InputError
-from ._io import dumps, table
+from ._io import dumps, pick_names, table
 
 BENCHES = ("eval", "sparse", "certificate", "scaling", "suites", "llm")
 
@@ -51,19 +51,8 @@ def bench_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "experiments" / "benchmarks"
 
 
-def _selected(only: str | None) -> list[str]:
-    if only is None:
-        return list(BENCHES)
-    names = [x.strip() for x in only.split(",") if x.strip()]
-    bad = [x for x in names if x not in BENCHES]
-    if bad or not names:
-        raise InputError(f"--only: unknown benchmark(s) {', '.join(bad) or '(none)'}; "
-                         f"choose from {', '.join(BENCHES)}")
-    return names
-
-
 def run(args) -> int:
-    names = _selected(args.only)
+    names = pick_names(args.only, BENCHES, "benchmark")
     folder = bench_dir()
     if not (folder / "_common.py").exists():
         raise InputError(f"benchmark scripts not found in {folder}: sat bench needs the source "

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..executor import add_executor_arguments
+from ._io import pick_names
 
 #: every study, in the order they run (cheap exact studies first, training-based after)
 STUDIES = (
@@ -68,21 +69,10 @@ def import_study(name: str):
     return importlib.import_module(f"experiments.{name}")
 
 
-def selected(only: str | None) -> list[str]:
-    if only is None:
-        return list(STUDIES)
-    names = [x.strip() for x in only.split(",") if x.strip()]
-    unknown = [x for x in names if x not in STUDIES]
-    if unknown or not names:
-        raise InputError(f"unknown study {', '.join(unknown) or repr(only)}; "
-                         f"choose from {', '.join(STUDIES)}")
-    return names
-
-
 def run(args) -> int:
     if args.seeds is not None and args.seeds < 1:
         raise InputError(f"--seeds must be >= 1, got {args.seeds}")
-    names = selected(args.only)
+    names = pick_names(args.only, STUDIES, "study")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.retrain and (out / "runs").is_dir():

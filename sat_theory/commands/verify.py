@@ -17,9 +17,8 @@ import re
 import sys
 import time
 
-from ..errors import InputError
 from ..executor import add_executor_arguments
-from ._io import dumps, table
+from ._io import dumps, pick_names, table
 
 
 def add_arguments(p):
@@ -72,14 +71,7 @@ def run(args) -> int:
     from ..verify import load_checks, run_checks
 
     checks = load_checks()
-    if args.only is not None:
-        names = [n.strip() for n in args.only.split(",") if n.strip()]
-        unknown = [n for n in names if n not in checks]
-        if unknown or not names:
-            raise InputError(f"unknown check {', '.join(unknown) or repr(args.only)}; "
-                             f"known: {', '.join(checks)}")
-    else:
-        names = list(checks)
+    names = pick_names(args.only, checks, "check")
     try:
         from tqdm import tqdm
         bar = tqdm(total=len(names), file=sys.stderr, unit="check", leave=False,
