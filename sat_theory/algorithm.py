@@ -64,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from .certificates import penalty_constant
+from .certificates import penalty_constant, stage_lower_bound
 from .errors import InputError
 from .estimators import empirical_stage_bound, group_advantages, sat_finite_sample_term
 from .team import Batch, Team
@@ -253,15 +253,6 @@ def happo_log_factors(target_episode: np.ndarray, target_t: np.ndarray,
         for k, v in zip((e * T + t).tolist(), lr.tolist(), strict=True):
             table[k] = table.get(k, 0.0) + v
     return np.array([table.get(k, 0.0) for k in key.tolist()])
-
-
-def stage_lower_bound(L, delta, zeta, gamma: float, A_max: float) -> float:
-    """THEORY §4 stage bound ``Σ L_i − c Σ √δ_i − Σ ζ_i/(1−γ)``, ``c = √2 γ A_max/(1−γ)²``."""
-    if gamma >= 1:
-        return float("nan")
-    c = penalty_constant(gamma, A_max)
-    return float(np.sum(L) - c * np.sum(np.sqrt(np.maximum(delta, 0.0)))
-                 - np.sum(zeta) / (1.0 - gamma))
 
 
 def empirical_certificate(L_hat, delta_hat, zeta, N, gamma: float, A_max: float,

@@ -39,7 +39,7 @@ from .mdp import FactorizedMDP
 from .policy import TeamPolicy, expected_advantage, factor_kl, factor_tv
 
 __all__ = ["StepCertificate", "StageCertificate", "stage_certificate", "intermediate_policies",
-           "check_order", "penalty_constant", "HOLD_TOL", "BOUND_KEYS"]
+           "check_order", "penalty_constant", "stage_lower_bound", "HOLD_TOL", "BOUND_KEYS"]
 
 #: Relative slack for floating-point roundoff when deciding whether a bound holds.
 HOLD_TOL = 1e-9
@@ -52,6 +52,16 @@ BOUND_KEYS = ("lower_bound", "lower_bound_max", "lower_bound_stale", "lower_boun
 def penalty_constant(gamma: float, A_max: float) -> float:
     """``c = √2 γ A_max / (1−γ)²`` (equals SAT's ``2γ/(1−γ)² A_max √(½δ)`` per unit √δ)."""
     return math.sqrt(2.0) * gamma * A_max / (1.0 - gamma) ** 2
+
+
+def stage_lower_bound(L, delta, zeta, gamma: float, A_max: float) -> float:
+    """``Σ L_i − c Σ √δ_i − Σ ζ_i/(1−γ)`` with ``c = √2 γ A_max/(1−γ)²`` (TeamTR Thm 3.6);
+    NaN for ``γ ≥ 1`` (episodic scores: the bound is undefined)."""
+    if gamma >= 1:
+        return float("nan")
+    L, delta, zeta = (np.asarray(x, dtype=np.float64) for x in (L, delta, zeta))
+    return float(L.sum() - penalty_constant(gamma, A_max) * np.sqrt(np.maximum(delta, 0.0)).sum()
+                 - zeta.sum() / (1.0 - gamma))
 
 
 def holds(true: float, bound: float) -> bool:
@@ -172,14 +182,14 @@ def _assemble(order, steps: list[StepCertificate], g: float, J_before: float,
               J_after: float) -> StageCertificate:
     A_max = max(s.A_max for s in steps)
     c = penalty_constant(g, A_max)
-    sq = np.sqrt([s.delta for s in steps])
-    sq_max = np.sqrt([s.delta_max for s in steps])
-    L = sum(s.L_seq for s in steps)
-    Z = sum(s.zeta for s in steps) / (1 - g)
+    Ls, deltas, zetas = ([getattr(s, k) for s in steps] for k in ("L_seq", "delta", "zeta"))
+    sq = np.sqrt(deltas)
+    L = sum(Ls)
+    Z = sum(zetas) / (1 - g)
     chained = sum(sq[i] + sq[:i].sum() for i in range(len(steps)))
     bounds = dict(
-        lower_bound=L - c * sq.sum() - Z,
-        lower_bound_max=L - c * sq_max.sum() - Z,
+        lower_bound=stage_lower_bound(Ls, deltas, zetas, g, A_max),
+        lower_bound_max=stage_lower_bound(Ls, [s.delta_max for s in steps], zetas, g, A_max),
         lower_bound_stale=sum(s.L_stale for s in steps) - Z - c * chained,
         lower_bound_fnorm=L - Z - sum(math.sqrt(2) * g * s.f_inf * math.sqrt(s.delta)
                                       for s in steps) / (1 - g) ** 2,

@@ -37,7 +37,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..certificates import HOLD_TOL, intermediate_policies, penalty_constant, stage_certificate
+from ..certificates import (
+    HOLD_TOL,
+    intermediate_policies,
+    penalty_constant,
+    stage_certificate,
+    stage_lower_bound,
+)
 from ..evaluate import Evaluation, evaluate
 from ..mdp import FactorizedMDP
 from ..policy import (
@@ -634,13 +640,6 @@ def single_step_bound_max_kl(*, quick: bool = False, seed: int = 0,
     _mut(mutation, "single_step_bound_max_kl", _EXPLORE + ("stale_occupancy",))
     return _single_step("single_step_bound_max_kl", "max", quick=quick, seed=seed + 1,
                         mutation=mutation)
-
-
-def stage_lower_bound(L, delta, zeta, gamma: float, A_max: float) -> float:
-    """``LB = Σ L_i − c Σ √δ_i − Σ ζ_i/(1−γ)``, ``c = √2γA_max/(1−γ)²`` (TeamTR App. D.2)."""
-    L, delta, zeta = (np.asarray(x, dtype=np.float64) for x in (L, delta, zeta))
-    return float(L.sum() - penalty_constant(gamma, A_max) * np.sqrt(delta).sum()
-                 - zeta.sum() / (1 - gamma))
 
 
 def greedy_order(mdp: FactorizedMDP, current: TeamPolicy, target: TeamPolicy, *,
