@@ -116,27 +116,17 @@ def _float(x):
 
 def read_metrics(path: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(steps, stages)`` frames from one ``metrics.jsonl`` (a folder is read as
-    ``folder/metrics.jsonl``). Records of other kinds are ignored; a torn last line (a killed
-    run) is skipped. Stage records keep ``order`` as a list."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "metrics.jsonl"
+    ``folder/metrics.jsonl``; parsing and the torn-last-line rule are
+    :func:`sat_theory.metrics.read_metrics`'s). Records of other kinds are ignored. Stage
+    records keep ``order`` as a list."""
+    from .metrics import read_metrics as read_records
+
     steps, stages = [], []
-    lines = path.read_text().split("\n")
-    for k, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            if k >= len(lines) - 2:
-                continue
-            raise
+    for rec in read_records(path):
         rec = {key: _float(v) for key, v in rec.items()}
-        kind = rec.get("kind")
-        if kind == "step":
+        if rec["kind"] == "step":
             steps.append(rec)
-        elif kind == "stage":
+        elif rec["kind"] == "stage":
             stages.append(rec)
     return pd.DataFrame(steps), pd.DataFrame(stages)
 
