@@ -52,7 +52,7 @@ def _rows(rng: np.random.Generator, n_rows: int, S: int, successors: int | None,
 
 def _successor_indices(rng, n_rows, S, k):
     """(n_rows, k) distinct random successor states per row (sorted)."""
-    # k distinct draws per row by rejection-free "random offsets": s + cumsum(gaps) mod S
+    # k draws per row; the (rare, for k ≪ S) rows with a repeated state are drawn again
     idx = rng.integers(0, S, size=(n_rows, k))
     idx.sort(axis=1)
     dup = np.diff(idx, axis=1) == 0

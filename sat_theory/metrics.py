@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from .commands._io import dumps, jsonable
 from .errors import InputError
 
-__all__ = ["RunWriter", "Run", "read_metrics", "load_run", "write_json_atomic", "to_float"]
+__all__ = ["RunWriter", "Run", "read_metrics", "load_run", "write_json_atomic"]
 
 
 def write_json_atomic(path: str, obj) -> None:
@@ -96,13 +96,6 @@ class RunWriter:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def to_float(x):
-    """Read back a logged number (``"Infinity"``/``"NaN"`` strings, ``None`` stays ``None``)."""
-    if x is None:
-        return None
-    return float(x)
 
 
 def read_metrics(path: str) -> list[dict]:
