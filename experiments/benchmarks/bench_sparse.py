@@ -10,6 +10,16 @@ state-action, CSR transitions) with S ∈ {10⁴, 10⁵, 10⁶}, γ ∈ {0.9, 0.
   same residual; each VI sweep's residual costs no extra product).
 
 Targets: S=10⁵ under 5 s to residual ≤ 1e-8 (issue 2), VI/ours ≥ 10 (issue 7).
+
+**Ceiling** (rows with S ≤ ``spectrum_states``): ``ρ₂``, the second-largest eigenvalue modulus
+of ``P_π`` (ARPACK), bounds what any method built from products with ``P_π`` can gain. The
+unit eigenvalue's right eigenvector is the constant vector, known in advance, so its mode can
+be removed for free; the rest of the spectrum of these random graphs fills a disc of radius
+``ρ₂`` (circular law), on which no polynomial beats ``(γρ₂)^k`` (Zarantonello). Such a method
+then needs about ``k* = log(res/res₀)/log(γρ₂)`` products to bring the residual from VI's
+first one, ``res₀ = ‖r_π‖∞``, down to ``res``, against VI's measured sweeps, so
+``VI_sweeps/k*`` estimates the best ratio of product counts (an estimate for these
+non-normal matrices, not a proof; Krylov methods also pay vector work per product).
 Run: ``python experiments/benchmarks/bench_sparse.py [--quick]`` (quick skips S=10⁶).
 """
 
@@ -45,6 +55,8 @@ class SparseBenchConfig:
     tol: float = field(default=1e-8, metadata={"help": "Bellman residual asked of ours"})
     repeats: int = field(default=3, metadata={"help": "timed rounds for S < 10⁶ (min kept)"})
     seed: int = field(default=0, metadata={"help": "RNG seed"})
+    spectrum_states: int = field(default=10_000, metadata={
+        "help": "compute ρ₂ and the ceiling for S up to this (ARPACK: ~5 s at 10⁴)"})
 
 
 QUICK = SparseBenchConfig(states=(10_000, 100_000), repeats=2)
@@ -67,6 +79,21 @@ def value_iteration(P_pi, r_pi: np.ndarray, gamma: float, target: float,
     return V, max_iter, res
 
 
+def second_eigenvalue_modulus(P_pi) -> float:
+    """``ρ₂ = |λ₂(P_π)|``: the largest eigenvalue modulus after the unit one (ARPACK)."""
+    import scipy.sparse.linalg as spla
+
+    vals = np.sort(np.abs(spla.eigs(P_pi, k=4, which="LM", return_eigenvectors=False,
+                                    tol=1e-6)))[::-1]
+    return float(vals[1])
+
+
+def product_ceiling(rho2: float, gamma: float, res0: float, res: float, vi_sweeps: int) -> dict:
+    """``k* = log(res/res₀)/log(γρ₂)`` products and the ratio ``VI_sweeps / k*`` (module doc)."""
+    k_star = float(np.log(res / res0) / np.log(gamma * rho2))
+    return {"rho2": rho2, "k_star": k_star, "ceiling": vi_sweeps / k_star}
+
+
 def one(cfg: SparseBenchConfig, S: int, gamma: float) -> dict:
     t_gen, mdp = time_once(lambda: random_mdp(S, cfg.n_agents, cfg.n_actions, layout="turn",
                                               sparse=True, successors=cfg.successors,
@@ -83,10 +110,15 @@ def one(cfg: SparseBenchConfig, S: int, gamma: float) -> dict:
     residual = bellman_residual(mdp, ev.pi, ev.V)
     P_pi, r_pi = collapse(mdp, joint_policy(mdp, pol))
     t_vi, (V_vi, sweeps, res_vi) = time_once(lambda: value_iteration(P_pi, r_pi, gamma, residual))
-    return {"S": S, "gamma": gamma, "nnz_P": int(mdp.P.nnz), "generate_s": t_gen,
-            "ours_V": t_ours, "ours_d": t_d, "residual": residual, "d_sum_minus_1": float(ev.d.sum() - 1),
-            "VI": t_vi, "VI_sweeps": sweeps, "VI_residual": res_vi,
-            "max_abs_V_diff": float(np.abs(V_vi - ev.V).max()), "VI/ours": t_vi / t_ours}
+    row = {"S": S, "gamma": gamma, "nnz_P": int(mdp.P.nnz), "generate_s": t_gen,
+           "ours_V": t_ours, "ours_d": t_d, "residual": residual, "d_sum_minus_1": float(ev.d.sum() - 1),
+           "VI": t_vi, "VI_sweeps": sweeps, "VI_residual": res_vi,
+           "max_abs_V_diff": float(np.abs(V_vi - ev.V).max()), "VI/ours": t_vi / t_ours,
+           "rho2": None, "k_star": None, "ceiling": None}
+    if S <= cfg.spectrum_states:
+        row.update(product_ceiling(second_eigenvalue_modulus(P_pi), gamma,
+                                   float(np.abs(r_pi).max()), residual, sweeps))
+    return row
 
 
 def main(quick: bool = False, out: str | None = None, cfg: SparseBenchConfig | None = None,
@@ -115,7 +147,7 @@ def main(quick: bool = False, out: str | None = None, cfg: SparseBenchConfig | N
     if verbose:
         print("large sparse turn-taking MDPs, seconds")
         print(fmt_table(rows, ["S", "gamma", "ours_V", "ours_d", "residual", "VI", "VI_sweeps",
-                               "VI/ours"]))
+                               "VI/ours", "rho2", "k_star", "ceiling"]))
         print_targets(targets, path)
     return result
 
