@@ -260,6 +260,78 @@ def test_krylov_on_poorly_mixing_chains(successors, A, gamma):
     assert np.abs(kr.d - de.d).sum() <= tol * (1 + 1e-6)
 
 
+def _count_krylov(monkeypatch):
+    import importlib
+
+    E = importlib.import_module("sat_theory.evaluate")
+    calls = []
+    inner = E._krylov
+    monkeypatch.setattr(E, "_krylov", lambda *a, **k: calls.append(1) or inner(*a, **k))
+    return calls
+
+
+def test_mixing_graph_needs_no_krylov_and_chain_falls_back(monkeypatch):
+    """Random graphs (|λ₂| ≈ 0.4) are solved by the deflated sweeps alone, V and d; a
+    near-deterministic cycle (|λ₂| ≈ 1) hands its iterate to BiCGSTAB and still reaches
+    both guarantees."""
+    calls = _count_krylov(monkeypatch)
+    mix = random_mdp(300, 3, 4, layout="turn", sparse=True, successors=5, gamma=0.99, seed=0)
+    ev = evaluate(mix, TeamPolicy.random(mix, 0), method="krylov", tol=1e-10)
+    ev.d
+    assert calls == []
+    chain = random_mdp(300, 2, 1, layout="turn", sparse=True, successors=1, gamma=0.99, seed=4)
+    ev = evaluate(chain, TeamPolicy.random(chain, 0), method="krylov", tol=1e-10)
+    de = evaluate(chain.to_dense(), TeamPolicy.random(chain, 0))
+    assert len(calls) == 1 and ev.residual <= 1e-10
+    assert np.abs(ev.d - de.d).sum() <= 1e-10 * (1 + 1e-6)
+    assert len(calls) == 2
+
+
+def test_macqueen_shift_removes_the_slow_mode_from_any_start():
+    """From ``x₀ = 0`` plain value iteration needs ~log(tol)/log γ sweeps (γ=0.99: ~2000);
+    the midpoint shift brings a mixing graph to tol within the sweep budget. (The default
+    start ``r_π/(1−γ)`` has no slow-mode component at all: ``μᵀ(I−γP_π)⁻¹ = μᵀ/(1−γ)``.)"""
+    import importlib
+
+    E = importlib.import_module("sat_theory.evaluate")
+    mdp = random_mdp(500, 3, 4, layout="turn", sparse=True, successors=5, gamma=0.99, seed=1)
+    pi = joint_policy(mdp, TeamPolicy.random(mdp, 1))
+    P = E._collapse_sparse(mdp.P, pi)
+    r = np.einsum("sk,sk->s", pi, mdp.R)
+    x, res, ok = E._macqueen(P, r, 0.99, np.zeros_like(r), 1e-10)
+    assert ok and res <= 1e-10
+    np.testing.assert_allclose(x, evaluate(mdp.to_dense(), pi).V, atol=1e-10 / (1 - 0.99))
+
+
+@given(seed=st.integers(0, 10**6), gamma=st.sampled_from([0.5, 0.9, 0.99]),
+       sweeps=st.integers(1, 12))
+def test_deflated_sweeps_contract_at_least_like_value_iteration(seed, gamma, sweeps):
+    """After k sweeps both residuals are at most γ^k times the first: MacQueen's shift makes
+    ``‖ρ_{k+1}‖∞ ≤ γ span(ρ_k)/2``, the mass-conserving occupancy sweep ``‖ρ_{k+1}‖₁ ≤ γ‖ρ_k‖₁``."""
+    import importlib
+
+    E = importlib.import_module("sat_theory.evaluate")
+    mdp = random_mdp(40, 2, 3, layout="turn", sparse=True, successors=3, gamma=gamma, seed=seed)
+    pi = joint_policy(mdp, TeamPolicy.random(mdp, seed))
+    P = E._collapse_sparse(mdp.P, pi)
+    r = np.einsum("sk,sk->s", pi, mdp.R)
+    x0 = r / (1 - gamma)
+    res0 = np.abs(r + gamma * (P @ x0) - x0).max()
+    b = (1 - gamma) * mdp.rho0
+    res0_d = np.abs(b + gamma * (P.T @ mdp.rho0) - mdp.rho0).sum()
+    old = E.MAX_SWEEPS
+    E.MAX_SWEEPS = sweeps  # stop after `sweeps` residual evaluations (k = sweeps − 1 updates)
+    try:
+        x, res, ok = E._macqueen(P, r, gamma, x0, 0.0)
+        y, res_d, ok_d = E._occupancy_sweeps(P.T, b, gamma, 0.0)
+    finally:
+        E.MAX_SWEEPS = old
+    k = sweeps - 1
+    assert res == pytest.approx(np.abs(r + gamma * (P @ x) - x).max(), abs=1e-12)
+    assert res <= gamma ** k * res0 * (1 + 1e-9) + 1e-13
+    assert res_d <= gamma ** k * res0_d * (1 + 1e-9) + 1e-13
+
+
 # ------------------------------------------------- mixed-precision dense path
 @pytest.mark.parametrize("layout", ["turn", "simultaneous"])
 def test_mixed_precision_path_equals_float64_lu(monkeypatch, layout):
