@@ -432,10 +432,17 @@ def _evaluate_krylov(mdp: FactorizedMDP, pi: np.ndarray, tol: float) -> Evaluati
     r_pi = np.einsum("sk,sk->s", pi, mdp.R)
     P_pi = _collapse_sparse(mdp.P, pi)
     # M = I − γP_π is applied, never built: building it as CSR cost more than the solve.
-    diag = 1.0 - g * P_pi.diagonal()  # diagonal() sums repeated entries
+    diag = None  # of M, for BiCGSTAB's Jacobi preconditioner: only built if it runs
+
+    def jacobi():
+        nonlocal diag
+        if diag is None:
+            diag = 1.0 - g * P_pi.diagonal()  # diagonal() sums repeated entries
+        return diag
+
     V, res, ok = _macqueen(P_pi, r_pi, g, r_pi / (1.0 - g), tol)
     if not ok:
-        V = _krylov(lambda x: x - g * (P_pi @ x), diag, r_pi, tol, x0=V)
+        V = _krylov(lambda x: x - g * (P_pi @ x), jacobi(), r_pi, tol, x0=V)
         res = float(np.abs(r_pi + g * (P_pi @ V) - V).max())
     if not res <= tol:
         raise ConvergenceError(f"Krylov policy evaluation stopped at Bellman residual {res:.3g} > {tol:g}")
@@ -447,7 +454,7 @@ def _evaluate_krylov(mdp: FactorizedMDP, pi: np.ndarray, tol: float) -> Evaluati
         PT = P_pi.T
         x, res_d, ok = _occupancy_sweeps(PT, b, g, tol_d)
         if not ok:
-            x = _krylov(lambda y: y - g * (PT @ y), diag, b, tol_d, x0=x, norm=_l1)
+            x = _krylov(lambda y: y - g * (PT @ y), jacobi(), b, tol_d, x0=x, norm=_l1)
             res_d = _l1(b + g * (PT @ x) - x)
         if not res_d <= tol_d:
             raise ConvergenceError(
