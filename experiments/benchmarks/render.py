@@ -56,7 +56,9 @@ def main(suffix: str = "") -> str:
                                                        "quantecon/ours", "lapack/ours"]))
         elif name == "sparse":
             parts.append(md(res["rows"], ["S", "gamma", "nnz_P", "ours_V", "ours_d", "residual",
-                                          "d_sum_minus_1", "VI", "VI_sweeps", "VI/ours"]))
+                                          "d_sum_minus_1", "VI", "VI_sweeps", "VI/ours",
+                                          "VI_warm", "VI_warm_sweeps", "VI_warm/ours", "rho2",
+                                          "k_star", "ceiling"]))
         elif name == "certificate":
             parts.append(md(res["rows"], ["layout", "S", "n", "K", "ours", "naive", "naive/ours",
                                           "max_abs_diff"]))
