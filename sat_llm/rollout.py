@@ -102,8 +102,7 @@ def _shared_prefix_cache(model, contexts, pad_id: int):
         return None
     ids, mask = _left_pad(list(first), pad_id)  # same width as the full batch
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1],
-                  use_cache=True).cache
+    cache = _prefill(model, ids[:, :-1], mask[:, :-1], pos[:, :-1])
     cache.batch_select_indices(torch.tensor(inverse))
     return cache
 
@@ -123,26 +122,127 @@ def pad_right(contexts: Sequence[Sequence[int]], messages: Sequence[Sequence[int
     return ids, mask, starts, lengths
 
 
+_KEEPS: dict[type, bool] = {}
+
+
+def _keeps_positions(model) -> bool:
+    """Whether ``model(..., logits_to_keep=pos)`` accepts per-row positions ``pos`` (B,T)
+    (transformers' ``slice_logits_to_keep``; older versions index a 2-D tensor differently)."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if type(base) not in _KEEPS:
+        try:
+            from transformers.modeling_utils import slice_logits_to_keep  # noqa: F401
+            ok = "logits_to_keep" in inspect.signature(base.forward).parameters
+        except ImportError:
+            ok = False
+        _KEEPS[type(base)] = ok
+    return _KEEPS[type(base)]
+
+
+def _logits_at(model, pos: torch.Tensor, **kw) -> torch.Tensor:
+    """Logits ``(B,T,V)`` at the per-row positions ``pos`` (B,T) of one forward pass. The LM
+    head (``d × V`` per position; V = 49152 for SmolLM2) runs only at those positions when
+    the model can be told so (``logits_to_keep``; the model's own head, so any logit scaling
+    or soft-capping it applies stays), else on every position and the rows are gathered."""
+    if _keeps_positions(model):
+        return model(logits_to_keep=pos, **kw).logits
+    logits = model(**kw).logits  # (B, L, V)
+    return logits.gather(1, pos[:, :, None].expand(*pos.shape, logits.shape[-1]))
+
+
+def _message_rows(messages) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``(tokens (B,T), mask (B,T) bool, T)`` of the messages right-padded with 0."""
+    lengths = torch.tensor([len(m) for m in messages])
+    T = int(lengths.max()) if len(messages) else 0
+    tokens = torch.zeros((len(messages), T), dtype=torch.long)
+    for b, m in enumerate(messages):
+        tokens[b, :len(m)] = torch.tensor(list(m), dtype=torch.long)
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    return tokens, mask, T
+
+
+def _repeats(contexts) -> tuple[list[tuple], list[int]] | None:
+    """``(distinct contexts, row -> index into them)`` when some context repeats and every
+    context has at least 2 tokens (so that its prefix ``context[:-1]`` is not empty); else
+    ``None``."""
+    keys = [tuple(c) for c in contexts]
+    first: dict[tuple, int] = {}
+    inverse = [first.setdefault(k, len(first)) for k in keys]
+    if len(first) == len(keys) or min(len(k) for k in keys) < 2:
+        return None
+    return list(first), inverse
+
+
 def score_logits(model, contexts, messages, *, pad_id: int, temperature: float = 1.0,
-                 dtype=torch.float32):
+                 dtype=torch.float32, share_prefix: bool = False):
     """Teacher-forced ``(logp (B,T,V), tokens (B,T), mask (B,T))``: ``logp[b,u]`` is the full
     ``log softmax(logits/τ)`` predicting message token ``u`` of row ``b`` (``T`` = longest
     message); ``mask`` is 1 on real message tokens. Gradients flow if enabled. ``dtype``
     of the log-softmax: float64 for the KL monitors (float32 normalisation errors of ~1e-7
-    would otherwise show as tiny negative KLs)."""
-    ids, attn, starts, lengths = pad_right(contexts, messages, pad_id)
-    B = ids.shape[0]
-    T = int(lengths.max()) if B else 0
-    logits = model(input_ids=ids, attention_mask=attn).logits  # (B, L, V)
-    # the logit at position p predicts token p+1: message token u sits at starts+u
-    u = torch.arange(T)
-    pos = (starts[:, None] + u[None, :] - 1).clamp(max=ids.shape[1] - 1)  # (B, T)
-    mask = (u[None, :] < lengths[:, None])
-    sel = logits.gather(1, pos[:, :, None].expand(B, T, logits.shape[-1]))  # (B, T, V)
-    logp = torch.log_softmax(sel.to(dtype) / float(temperature), dim=-1)
-    tok_pos = (starts[:, None] + u[None, :]).clamp(max=ids.shape[1] - 1)
-    tokens = ids.gather(1, tok_pos) * mask
-    return logp, tokens, mask.to(logp.dtype)
+    would otherwise show as tiny negative KLs). The LM head runs only where a message token
+    is predicted (:func:`_logits_at`), not over the contexts.
+
+    ``share_prefix`` (for no-grad scoring): when contexts repeat (the G turns of one prompt's
+    group), each distinct context is run once and only the messages are run per row against
+    its repeated KV cache (:func:`_shared_prefix_logits`); the same log-probabilities up to
+    float roundoff. Without repeats (or with a 1-token context) it is the plain pass."""
+    tokens, mask, T = _message_rows(messages)
+    rep = _repeats(contexts) if share_prefix and T > 0 else None
+    if rep is not None:
+        sel = _shared_prefix_logits(model, *rep, messages, tokens, T, pad_id)
+    else:
+        ids, attn, starts, _ = pad_right(contexts, messages, pad_id)
+        # the logit at position p predicts token p+1: message token u sits at starts+u
+        pos = (starts[:, None] + torch.arange(T)[None, :] - 1).clamp(min=0, max=ids.shape[1] - 1)
+        sel = _logits_at(model, pos, input_ids=ids, attention_mask=attn)  # (B, T, V)
+    x = sel.to(dtype)
+    if float(temperature) != 1.0:  # x / 1 == x exactly: skip a pass over (B, T, V)
+        x = x / float(temperature)
+    logp = torch.log_softmax(x, dim=-1)
+    return logp, tokens * mask, mask.to(logp.dtype)
+
+
+def _shared_prefix_logits(model, distinct, inverse, messages, tokens, T: int, pad_id: int):
+    """Logits ``(B,T,V)`` predicting the message tokens, with ``context[:-1]`` run once per
+    distinct context (left-padded, KV cache only: no LM head) and its cache gathered to the
+    rows; then each row runs ``[context[-1], message[:-1]]`` (right-padded to ``T``) at
+    positions ``len(context) − 1 + u``, whose outputs are exactly the ``T`` predictions.
+    Why: the G copies of a context are ~90% of the scored tokens for short messages, and
+    their passes are identical. Same layout and position ids as :func:`generate`'s shared
+    prefill, so the result equals the plain pass up to float roundoff (test)."""
+    ids, mask = _left_pad(distinct, pad_id)  # (U, L)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = _prefill(model, ids[:, :-1], mask[:, :-1], pos[:, :-1])
+    rows = torch.tensor(inverse)
+    cache.batch_select_indices(rows)
+    B = len(inverse)
+    lens = torch.tensor([len(distinct[i]) for i in inverse])
+    step = torch.full((B, T), int(pad_id), dtype=torch.long)
+    step[:, 0] = ids[rows, -1]  # every context's last token sits in the last (left-padded) column
+    step[:, 1:] = tokens[:, :T - 1]
+    smask = torch.zeros((B, T), dtype=torch.long)
+    smask[:, 0] = 1
+    smask[:, 1:] = (torch.arange(1, T)[None, :] < torch.tensor([len(m) for m in messages])[:, None])
+    attn = torch.cat([mask[rows, :-1], smask], dim=1)
+    spos = lens[:, None] - 1 + torch.arange(T)[None, :]
+    # every one of the T columns predicts a message token: the LM head is needed on all
+    return model(input_ids=step, attention_mask=attn, position_ids=spos, cache=cache,
+                 use_cache=True).logits
+
+
+def _prefill(model, ids, mask, pos):
+    """KV cache of ``ids`` (left-padded, explicit position ids). A prefill that only builds the
+    cache needs no LM head (for SmolLM2 a 113 MB weight read per call): run the decoder body
+    (with a peft model its LoRA layers sit inside it, so the active adapter applies) or, if
+    the model has none, keep a single logit."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    body = base.get_decoder() if hasattr(base, "get_decoder") else None
+    if body is not None and body is not base:
+        return body(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True).cache
+    keep = {"logits_to_keep": 1} if _keeps_positions(model) else {}
+    return model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **keep).cache
 
 
 def message_logprobs(logp: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -397,7 +397,7 @@ class LLMTeam(EpisodeLoop):
             logp, toks, mask = score_logits(model, ctxs[s:s + self.cfg.minibatch],
                                             msgs[s:s + self.cfg.minibatch],
                                             pad_id=self.tokenizer(agent).pad_token_id,
-                                            temperature=self.cfg.temperature)
+                                            temperature=self.cfg.temperature, share_prefix=True)
             tl = message_logprobs(logp, toks, mask).double().numpy()
             out += [tl[b, :len(m)] for b, m in enumerate(msgs[s:s + self.cfg.minibatch])]
         return out
@@ -435,7 +435,8 @@ class LLMTeam(EpisodeLoop):
             for s in range(0, len(ctxs), self.cfg.minibatch):
                 out.append(score_logits(model, ctxs[s:s + self.cfg.minibatch],
                                         msgs[s:s + self.cfg.minibatch], pad_id=pad,
-                                        temperature=self.cfg.temperature, dtype=torch.float64))
+                                        temperature=self.cfg.temperature, dtype=torch.float64,
+                                        share_prefix=True))
         self._ref_cache = (key, out)
         return out
 
@@ -514,7 +515,7 @@ class LLMTeam(EpisodeLoop):
             lp_ref, toks, mask = refs[k]
             logp, _, _ = score_logits(model, ctxs[s:s + self.cfg.minibatch], msgs[s:s + self.cfg.minibatch],
                                       pad_id=pad, temperature=self.cfg.temperature,
-                                      dtype=torch.float64)
+                                      dtype=torch.float64, share_prefix=True)
             tok_new = message_logprobs(logp, toks, mask)
             tok_ref = message_logprobs(lp_ref, toks, mask)
             exact.append(sequence_kl(lp_ref, logp, mask).double())

@@ -82,7 +82,8 @@ def test_shared_prefix_prefill_equals_the_plain_batch(tiny):
         out = {}
         for share in (False, True):
             calls.clear()
-            hook = model.register_forward_pre_hook(spy, with_kwargs=True)
+            # on the decoder body: the shared prefill runs it without the LM head
+            hook = model.get_decoder().register_forward_pre_hook(spy, with_kwargs=True)
             try:
                 torch.manual_seed(5)
                 out[share] = generate(model, ctxs, max_new_tokens=6, temperature=0.8, stop_ids=[2],

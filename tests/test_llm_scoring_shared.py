@@ -1,0 +1,113 @@
+"""Teacher-forced scoring: the shared-prefix pass and the LM head at the message positions
+only give the log-probabilities of the plain full-logits pass (up to float roundoff)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from sat_llm.models import load_model  # noqa: E402
+from sat_llm.rollout import message_logprobs, pad_right, score_logits  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def lora():
+    """tiny-random wrapped in a LoRA adapter with non-zero factors (so the adapter changes
+    every layer's keys/values, as after an update)."""
+    from peft import LoraConfig, get_peft_model
+
+    model, tok = load_model("tiny-random", seed=0)
+    pm = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in pm.named_parameters():
+            if "lora_" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+    pm.eval()
+    enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    return pm, enc
+
+
+def _full_logits_reference(model, ctxs, msgs, tau, dtype):
+    """The computation before the LM-head restriction: logits at every position, gathered."""
+    ids, attn, starts, lengths = pad_right(ctxs, msgs, 0)
+    logits = model(input_ids=ids, attention_mask=attn).logits
+    T = int(lengths.max())
+    pos = (starts[:, None] + torch.arange(T)[None, :] - 1).clamp(max=ids.shape[1] - 1)
+    sel = logits.gather(1, pos[:, :, None].expand(len(ctxs), T, logits.shape[-1]))
+    return torch.log_softmax(sel.to(dtype) / tau, dim=-1)
+
+
+def _batch(enc):
+    c1, c2, c3 = enc("hello there"), enc("hi"), enc("a much longer context than the others")
+    # repeated contexts of different lengths, messages of different lengths (one empty)
+    ctxs = [c1, c3, c1, c2, c3, c1, c2]
+    msgs = [enc("abc"), enc("defghij"), enc("x"), enc("yz"), enc("q"), enc(""), enc("long one")]
+    return ctxs, msgs
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-6), (torch.float32, 1e-5)])
+def test_shared_prefix_scoring_equals_the_plain_pass(lora, dtype, tol):
+    model, enc = lora
+    ctxs, msgs = _batch(enc)
+    with torch.no_grad():
+        ref = _full_logits_reference(model, ctxs, msgs, 0.7, dtype)
+        plain = score_logits(model, ctxs, msgs, pad_id=0, temperature=0.7, dtype=dtype)
+        shared = score_logits(model, ctxs, msgs, pad_id=0, temperature=0.7, dtype=dtype,
+                              share_prefix=True)
+    m = plain[2].bool()
+    assert plain[2].sum() == sum(len(x) for x in msgs) and m.shape == ref.shape[:2]
+    assert torch.equal(plain[1], shared[1]) and torch.equal(plain[2], shared[2])
+    # LM head at the message positions only: the same numbers as the full-logits pass
+    assert torch.allclose(plain[0][m], ref[m], atol=tol, rtol=0)
+    assert torch.allclose(shared[0][m], ref[m], atol=tol, rtol=0)
+    assert torch.allclose(message_logprobs(*shared), message_logprobs(*plain), atol=tol, rtol=0)
+
+
+def test_shared_prefix_runs_each_distinct_context_once(lora):
+    model, enc = lora
+    ctxs, msgs = _batch(enc)
+    calls = []
+    hook = model.get_base_model().get_decoder().register_forward_pre_hook(
+        lambda mod, args, kw: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            score_logits(model, ctxs, msgs, pad_id=0, share_prefix=True)
+    finally:
+        hook.remove()
+    L, T = max(len(c) for c in ctxs), max(len(x) for x in msgs)
+    assert calls == [(3, L - 1), (len(ctxs), T)]
+
+
+def test_no_repeated_context_is_the_plain_pass(lora):
+    model, enc = lora
+    ctxs = [enc("hello there"), enc("hi"), enc("another one")]
+    msgs = [enc("abc"), enc("d"), enc("efgh")]
+    with torch.no_grad():
+        a = score_logits(model, ctxs, msgs, pad_id=0, dtype=torch.float64)
+        b = score_logits(model, ctxs, msgs, pad_id=0, dtype=torch.float64, share_prefix=True)
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_lm_head_restriction_keeps_the_gradient(lora):
+    """The update's grad path: same loss value and LoRA gradient as with full logits."""
+    model, enc = lora
+    ctxs, msgs = _batch(enc)
+    params = [p for n, p in model.named_parameters() if "lora_" in n]
+    grads = []
+    for full in (True, False):
+        model.zero_grad(set_to_none=True)
+        if full:
+            logp = _full_logits_reference(model, ctxs, msgs, 1.0, torch.float32)
+            _, toks, mask = score_logits(model, ctxs, msgs, pad_id=0)
+        else:
+            logp, toks, mask = score_logits(model, ctxs, msgs, pad_id=0)
+        loss = message_logprobs(logp, toks, mask).sum()
+        loss.backward()
+        grads.append((float(loss.detach()), torch.cat([p.grad.flatten() for p in params])))
+    (l0, g0), (l1, g1) = grads
+    assert abs(l0 - l1) < 1e-4 and torch.allclose(g0, g1, atol=1e-5, rtol=1e-4)
+    model.zero_grad(set_to_none=True)
