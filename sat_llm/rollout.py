@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-__all__ = ["generate", "score_logits", "message_logprobs", "pad_right"]
+__all__ = ["generate", "score_logits", "message_logprobs", "pad_right", "shared_prefixes"]
 
 
 def _gen_config(max_new_tokens: int, temperature: float, greedy: bool, stop_ids, pad_id):
@@ -163,16 +163,37 @@ def _message_rows(messages) -> tuple[torch.Tensor, torch.Tensor, int]:
     return tokens, mask, T
 
 
-def _repeats(contexts) -> tuple[list[tuple], list[int]] | None:
-    """``(distinct contexts, row -> index into them)`` when some context repeats and every
-    context has at least 2 tokens (so that its prefix ``context[:-1]`` is not empty); else
-    ``None``."""
+def _lcp(a: tuple, b: tuple) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def shared_prefixes(contexts) -> list[int] | None:
+    """Per row, the length ``k_b`` of the context prefix to run once per distinct prefix, or
+    ``None`` when nothing is shared (or a context has fewer than 2 tokens). ``k_b`` is the
+    longest prefix the row's context shares with another row's (identical copies — the G
+    turns of one prompt — share all of it; the turns of a later speaker share the prompt
+    part), capped at ``len − 1`` so that every row keeps a token to run after its prefix; a
+    row that shares nothing runs ``context[:-1]`` as its own prefix (no extra cost). In
+    sorted order the longest prefix shared with any other context is shared with a
+    neighbour, so one pass over the sorted distinct contexts finds it."""
     keys = [tuple(c) for c in contexts]
-    first: dict[tuple, int] = {}
-    inverse = [first.setdefault(k, len(first)) for k in keys]
-    if len(first) == len(keys) or min(len(k) for k in keys) < 2:
+    if not keys or min(len(k) for k in keys) < 2:
         return None
-    return list(first), inverse
+    count: dict[tuple, int] = {}
+    for k in keys:
+        count[k] = count.get(k, 0) + 1
+    order = sorted(count)
+    share = {}
+    for i, k in enumerate(order):
+        best = len(k) if count[k] > 1 else 0
+        for nb in (i - 1, i + 1):
+            if 0 <= nb < len(order):
+                best = max(best, _lcp(k, order[nb]))
+        share[k] = best
+    if not any(share.values()):
+        return None
+    return [min(share[k], len(k) - 1) if share[k] else len(k) - 1 for k in keys]
 
 
 def score_logits(model, contexts, messages, *, pad_id: int, temperature: float = 1.0,
@@ -184,14 +205,16 @@ def score_logits(model, contexts, messages, *, pad_id: int, temperature: float =
     would otherwise show as tiny negative KLs). The LM head runs only where a message token
     is predicted (:func:`_logits_at`), not over the contexts.
 
-    ``share_prefix`` (for no-grad scoring): when contexts repeat (the G turns of one prompt's
-    group), each distinct context is run once and only the messages are run per row against
-    its repeated KV cache (:func:`_shared_prefix_logits`); the same log-probabilities up to
-    float roundoff. Without repeats (or with a 1-token context) it is the plain pass."""
+    ``share_prefix`` (for no-grad scoring): context prefixes that several rows share (the G
+    turns of one prompt's group: the whole context; a later speaker's turns: the prompt
+    part, see :func:`shared_prefixes`) are run once, and each row runs only the rest of its
+    context and its message against the gathered KV cache (:func:`_shared_prefix_logits`);
+    the same log-probabilities up to float roundoff. When nothing is shared (or a context
+    has a single token) it is the plain pass."""
     tokens, mask, T = _message_rows(messages)
-    rep = _repeats(contexts) if share_prefix and T > 0 else None
-    if rep is not None:
-        sel = _shared_prefix_logits(model, *rep, messages, tokens, T, pad_id)
+    ks = shared_prefixes(contexts) if share_prefix and T > 0 else None
+    if ks is not None:
+        sel = _shared_prefix_logits(model, contexts, ks, messages, T, pad_id)
     else:
         ids, attn, starts, _ = pad_right(contexts, messages, pad_id)
         # the logit at position p predicts token p+1: message token u sits at starts+u
@@ -204,32 +227,37 @@ def score_logits(model, contexts, messages, *, pad_id: int, temperature: float =
     return logp, tokens * mask, mask.to(logp.dtype)
 
 
-def _shared_prefix_logits(model, distinct, inverse, messages, tokens, T: int, pad_id: int):
-    """Logits ``(B,T,V)`` predicting the message tokens, with ``context[:-1]`` run once per
-    distinct context (left-padded, KV cache only: no LM head) and its cache gathered to the
-    rows; then each row runs ``[context[-1], message[:-1]]`` (right-padded to ``T``) at
-    positions ``len(context) − 1 + u``, whose outputs are exactly the ``T`` predictions.
-    Why: the G copies of a context are ~90% of the scored tokens for short messages, and
-    their passes are identical. Same layout and position ids as :func:`generate`'s shared
-    prefill, so the result equals the plain pass up to float roundoff (test)."""
-    ids, mask = _left_pad(distinct, pad_id)  # (U, L)
+def _shared_prefix_logits(model, contexts, ks, messages, T: int, pad_id: int):
+    """Logits ``(B,T,V)`` predicting the message tokens: each distinct prefix
+    ``context_b[:k_b]`` runs once (left-padded; KV cache only, no LM head), its cache is
+    gathered to the rows, and row ``b`` runs ``context_b[k_b:] + message_b[:-1]``
+    (right-padded) at positions ``k_b, k_b + 1, ...``; message token ``u`` is predicted at
+    suffix column ``len(context_b) − k_b − 1 + u``, where alone the LM head runs. Why: the
+    G copies of a prompt's context are most of the scored tokens for short messages, and
+    their passes are identical. Same left-padded cache and position ids as
+    :func:`generate`'s shared prefill, so the result equals the plain pass up to float
+    roundoff (tests/test_llm_scoring_shared.py)."""
+    prefixes = [tuple(c[:k]) for c, k in zip(contexts, ks, strict=True)]
+    first: dict[tuple, int] = {}
+    rows = torch.tensor([first.setdefault(p, len(first)) for p in prefixes])
+    ids, mask = _left_pad(list(first), pad_id)  # (U, K)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = _prefill(model, ids[:, :-1], mask[:, :-1], pos[:, :-1])
-    rows = torch.tensor(inverse)
+    cache = _prefill(model, ids, mask, pos)
     cache.batch_select_indices(rows)
-    B = len(inverse)
-    lens = torch.tensor([len(distinct[i]) for i in inverse])
-    step = torch.full((B, T), int(pad_id), dtype=torch.long)
-    step[:, 0] = ids[rows, -1]  # every context's last token sits in the last (left-padded) column
-    step[:, 1:] = tokens[:, :T - 1]
-    smask = torch.zeros((B, T), dtype=torch.long)
-    smask[:, 0] = 1
-    smask[:, 1:] = (torch.arange(1, T)[None, :] < torch.tensor([len(m) for m in messages])[:, None])
-    attn = torch.cat([mask[rows, :-1], smask], dim=1)
-    spos = lens[:, None] - 1 + torch.arange(T)[None, :]
-    # every one of the T columns predicts a message token: the LM head is needed on all
-    return model(input_ids=step, attention_mask=attn, position_ids=spos, cache=cache,
-                 use_cache=True).logits
+    rests = [list(c[k:]) + list(m[:-1]) for c, k, m in zip(contexts, ks, messages, strict=True)]
+    Ls = max(len(r) for r in rests)
+    step = torch.full((len(rests), Ls), int(pad_id), dtype=torch.long)
+    smask = torch.zeros((len(rests), Ls), dtype=torch.long)
+    for b, r in enumerate(rests):
+        step[b, :len(r)] = torch.tensor(r, dtype=torch.long)
+        smask[b, :len(r)] = 1
+    attn = torch.cat([mask[rows], smask], dim=1)
+    kt = torch.tensor(ks)
+    spos = kt[:, None] + torch.arange(Ls)[None, :]
+    first_col = torch.tensor([len(c) for c in contexts]) - kt - 1
+    keep = (first_col[:, None] + torch.arange(T)[None, :]).clamp(max=Ls - 1)  # (B, T)
+    return _logits_at(model, keep, input_ids=step, attention_mask=attn, position_ids=spos,
+                      cache=cache, use_cache=True)
 
 
 def _prefill(model, ids, mask, pos):

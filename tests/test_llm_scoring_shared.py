@@ -8,7 +8,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from sat_llm.models import load_model  # noqa: E402
-from sat_llm.rollout import message_logprobs, pad_right, score_logits  # noqa: E402
+from sat_llm.rollout import message_logprobs, pad_right, score_logits, shared_prefixes  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -84,7 +84,7 @@ def test_shared_prefix_runs_each_distinct_context_once(lora):
 
 def test_no_repeated_context_is_the_plain_pass(lora):
     model, enc = lora
-    ctxs = [enc("hello there"), enc("hi"), enc("another one")]
+    ctxs = [enc("hello there"), enc("xi"), enc("another one")]  # no common first token
     msgs = [enc("abc"), enc("d"), enc("efgh")]
     with torch.no_grad():
         a = score_logits(model, ctxs, msgs, pad_id=0, dtype=torch.float64)
@@ -111,3 +111,32 @@ def test_lm_head_restriction_keeps_the_gradient(lora):
     (l0, g0), (l1, g1) = grads
     assert abs(l0 - l1) < 1e-4 and torch.allclose(g0, g1, atol=1e-5, rtol=1e-4)
     model.zero_grad(set_to_none=True)
+
+
+def test_partly_shared_contexts_run_their_common_prefix_once(lora):
+    """A later speaker's turns: the group's contexts share the prompt, not the whole context;
+    mixed with exact copies and a context that shares nothing."""
+    model, enc = lora
+    p1, p2 = "task: add 2 and 3. agent 1 said ", "task: mul 4 and 5. agent 1 said "
+    ctxs = [enc(p1 + "5"), enc(p1 + "six"), enc(p1 + "5"), enc(p2 + "20!"), enc(p2 + "9"),
+            enc("zz unrelated")]
+    msgs = [enc("ok"), enc("no it is 5"), enc("yes"), enc("20"), enc("x"), enc("abc")]
+    n = len(enc(p1))
+    assert len(enc(p2)) == n and len(ctxs[0]) == n + 1
+    # each prompt's rows share the prompt (the copies too: all but their last token); the
+    # unrelated context runs all but its last token as its own prefix
+    assert shared_prefixes(ctxs) == [n] * 5 + [len(ctxs[5]) - 1]
+    calls = []
+    hook = model.get_base_model().get_decoder().register_forward_pre_hook(
+        lambda mod, args, kw: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            shared = score_logits(model, ctxs, msgs, pad_id=0, dtype=torch.float64,
+                                  share_prefix=True)
+    finally:
+        hook.remove()
+    assert calls[0] == (3, n)  # three distinct prefixes, each run once
+    with torch.no_grad():
+        ref = _full_logits_reference(model, ctxs, msgs, 1.0, torch.float64)
+    m = shared[2].bool()
+    assert torch.allclose(shared[0][m], ref[m], atol=1e-6, rtol=0)
