@@ -35,7 +35,8 @@ def test_bench_llm_smoke_json(capsys):
     assert rs["same_batch"]["naive"]["rollouts"] == stages
     assert rs["same_batch"]["sat"]["episodes"] == n * rs["same_batch"]["naive"]["episodes"]
     assert rs["matched_budget"]["sat"]["episodes"] == rs["same_batch"]["naive"]["episodes"]
-    assert [t["benchmark"] for t in obj["targets"]] == ["llm", "llm"]
+    # batched rollout, KL monitor of agent 1 and of agent 2
+    assert [t["benchmark"] for t in obj["targets"]] == ["llm", "llm", "llm"]
     assert all(isinstance(t["met"], bool) for t in obj["targets"])
 
 
