@@ -205,7 +205,7 @@ def score_logits(model, contexts, messages, *, pad_id: int, temperature: float =
     would otherwise show as tiny negative KLs). The LM head runs only where a message token
     is predicted (:func:`_logits_at`), not over the contexts.
 
-    ``share_prefix`` (for no-grad scoring): context prefixes that several rows share (the G
+    ``share_prefix``: context prefixes that several rows share (the G
     turns of one prompt's group: the whole context; a later speaker's turns: the prompt
     part, see :func:`shared_prefixes`) are run once, and each row runs only the rest of its
     context and its message against the gathered KV cache (:func:`_shared_prefix_logits`);

@@ -472,8 +472,10 @@ class LLMTeam(EpisodeLoop):
             for k, s in enumerate(range(0, M, mb)):
                 model = self._activate(agent)
                 lp_ref = refs[k][0]
+                # shared context prefixes run once here too: autograd sums the gradient of
+                # each repeated KV cache over its rows (same loss and gradient up to roundoff)
                 logp, toks, mask = score_logits(model, ctxs[s:s + mb], msgs[s:s + mb], pad_id=pad,
-                                                temperature=self.cfg.temperature)
+                                                temperature=self.cfg.temperature, share_prefix=True)
                 seq = message_logprobs(logp, toks, mask).sum(-1)
                 surr = clipped_surrogate(seq, behT[s:s + mb], adv[s:s + mb], self.cfg.eps_w)
                 klv = sequence_kl(lp_ref, logp.double(), mask.double()).float()
