@@ -92,8 +92,11 @@ def test_no_repeated_context_is_the_plain_pass(lora):
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
-def test_lm_head_restriction_keeps_the_gradient(lora):
-    """The update's grad path: same loss value and LoRA gradient as with full logits."""
+@pytest.mark.parametrize("share", [False, True])
+def test_lm_head_restriction_keeps_the_gradient(lora, share):
+    """The update's grad path (LM head at message positions only; with ``share`` also the
+    shared-prefix KV caches, whose gradients autograd sums over their rows): same loss value
+    and LoRA gradient as the plain pass with full logits."""
     model, enc = lora
     ctxs, msgs = _batch(enc)
     params = [p for n, p in model.named_parameters() if "lora_" in n]
@@ -104,7 +107,7 @@ def test_lm_head_restriction_keeps_the_gradient(lora):
             logp = _full_logits_reference(model, ctxs, msgs, 1.0, torch.float32)
             _, toks, mask = score_logits(model, ctxs, msgs, pad_id=0)
         else:
-            logp, toks, mask = score_logits(model, ctxs, msgs, pad_id=0)
+            logp, toks, mask = score_logits(model, ctxs, msgs, pad_id=0, share_prefix=share)
         loss = message_logprobs(logp, toks, mask).sum()
         loss.backward()
         grads.append((float(loss.detach()), torch.cat([p.grad.flatten() for p in params])))
