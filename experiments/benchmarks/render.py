@@ -1,12 +1,14 @@
 """Markdown tables for BENCHMARKS.md from the JSON files in ``results/``.
 
-Run: ``python experiments/benchmarks/render.py [--suffix _quick]`` and paste the output.
+Run: ``python experiments/benchmarks/render.py [--suffix _quick] [--dir results/calm]`` and
+paste the output.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from _common import RESULTS, blas_summary
 
@@ -29,10 +31,10 @@ def targets(res: dict) -> str:
     return md(rows, ["target", "value", "goal", "met"])
 
 
-def main(suffix: str = "") -> str:
+def main(suffix: str = "", folder=None) -> str:
     parts = []
     for name in ("eval", "sparse", "certificate", "scaling"):
-        path = RESULTS / f"bench_{name}{suffix}.json"
+        path = Path(folder or RESULTS) / f"bench_{name}{suffix}.json"
         if not path.exists():
             continue
         res = json.loads(path.read_text())
@@ -80,4 +82,6 @@ def main(suffix: str = "") -> str:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suffix", default="", help="'_quick' for the quick results")
-    main(ap.parse_args().suffix)
+    ap.add_argument("--dir", default=None, help="folder of the JSON files (default: results/)")
+    a = ap.parse_args()
+    main(a.suffix, a.dir)
