@@ -72,7 +72,10 @@ def collapse(mdp: FactorizedMDP, pi_joint: np.ndarray):
     r_pi = np.einsum("sk,sk->s", pi_joint, mdp.R)
     if mdp.is_sparse:
         P_pi = _collapse_sparse(mdp.P, pi_joint)
-        P_pi.sum_duplicates()  # canonical CSR for callers
+        # canonical CSR for callers; it shares P's column indices and sum_duplicates works
+        # in place, so give it its own index arrays (otherwise mdp.P would be corrupted)
+        P_pi = sp.csr_matrix((P_pi.data, P_pi.indices.copy(), P_pi.indptr.copy()), shape=P_pi.shape)
+        P_pi.sum_duplicates()
         return P_pi, r_pi
     return _collapse_dense(mdp.P, pi_joint), r_pi
 
@@ -280,7 +283,11 @@ def _collapse_sparse(P: sp.csr_matrix, weights: np.ndarray) -> sp.csr_matrix:
     than the sparse product ``W @ P`` at S=10⁵.
     """
     S, K = weights.shape
-    data = P.data * np.repeat(weights.ravel(), np.diff(P.indptr))
+    counts = np.diff(P.indptr)
+    if len(counts) and np.all(counts == counts[0]):  # every slot row has c entries: no repeat
+        data = (P.data.reshape(-1, int(counts[0])) * weights.reshape(-1, 1)).ravel()
+    else:
+        data = P.data * np.repeat(weights.ravel(), counts)
     return sp.csr_matrix((data, P.indices, P.indptr[::K]), shape=(S, P.shape[1]))
 
 

@@ -124,8 +124,13 @@ def joint_policy(mdp: FactorizedMDP, policy: TeamPolicy) -> np.ndarray:
     """
     S = mdp.n_states
     if mdp.kind == "turn":
-        stacked = np.stack(policy.factors)  # (n, S, A)
-        return stacked[mdp.turn, np.arange(S)]
+        # row s from the factor of the agent whose turn it is; no (n, S, A) stack (at S=10⁶
+        # that temporary alone cost more than the rest of a sparse evaluation's set-up)
+        out = np.empty_like(policy.factors[0])
+        for j, f in enumerate(policy.factors):
+            rows = mdp.turn == j
+            out[rows] = f[rows]
+        return out
     joint = effective_factor(mdp, policy, 0)
     for j in range(1, mdp.n_agents):
         joint = (joint[:, :, None] * effective_factor(mdp, policy, j)[:, None, :]).reshape(S, -1)

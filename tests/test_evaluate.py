@@ -214,6 +214,35 @@ def test_krylov_equals_dense(seed, gamma):
     assert abs(kr.J - de.J) <= 1e-10 * scale
 
 
+def test_sparse_collapse_with_rows_of_different_lengths():
+    """``P_π`` from CSR rows of unequal length (the general branch of the collapse) equals
+    the dense collapse, and so do the evaluations."""
+    import scipy.sparse as sp
+
+    from sat_theory import FactorizedMDP
+
+    rng = np.random.default_rng(3)
+    S, A = 40, 3
+    P = rng.random((S, A, S)) * (rng.random((S, A, S)) < rng.uniform(0.05, 0.6, (S, A, 1)))
+    P[:, :, 0] += 1e-3  # no empty row
+    P /= P.sum(-1, keepdims=True)
+    R = rng.standard_normal((S, A))
+    args = (R, rng.integers(0, 2, S), 2, rng.dirichlet(np.ones(S)), 0.9)
+    sparse = FactorizedMDP.turn_taking(sp.csr_matrix(P.reshape(S * A, S)), *args)
+    dense = FactorizedMDP.turn_taking(P, *args)
+    assert len(np.unique(np.diff(sparse.P.indptr))) > 1
+    pol = TeamPolicy.random(dense, 0)
+    pi = joint_policy(dense, pol)
+    before = sparse.P.copy()
+    np.testing.assert_allclose(collapse(sparse, pi)[0].toarray(), collapse(dense, pi)[0],
+                               atol=1e-15)
+    # collapse canonicalises its result in place: the MDP's own arrays must be untouched
+    for k in ("indices", "indptr", "data"):
+        np.testing.assert_array_equal(getattr(sparse.P, k), getattr(before, k))
+    kr = evaluate(sparse, pol, method="krylov", tol=1e-12)
+    np.testing.assert_allclose(kr.V, evaluate(dense, pol).V, atol=1e-10)
+
+
 def test_dense_mdp_forced_krylov_and_sparse_forced_dense():
     dense = random_mdp(30, 2, 2, layout="turn", successors=3, seed=5)
     pol = TeamPolicy.random(dense, 0)
