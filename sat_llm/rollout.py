@@ -107,16 +107,22 @@ def _shared_prefix_cache(model, contexts, pad_id: int):
     return cache
 
 
-def pad_right(contexts: Sequence[Sequence[int]], messages: Sequence[Sequence[int]], pad_id: int):
-    """``(ids (B,L), attention_mask (B,L), starts (B,), lengths (B,))`` of ``context+message``
-    right-padded; ``starts[b] = len(context_b)``, ``lengths[b] = len(message_b)``."""
-    seqs = [list(c) + list(m) for c, m in zip(contexts, messages, strict=True)]
+def _right_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, attention_mask)``, both (B, L), of ``seqs`` right-padded to the longest."""
     L = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), L), int(pad_id), dtype=torch.long)
     mask = torch.zeros((len(seqs), L), dtype=torch.long)
     for b, s in enumerate(seqs):
-        ids[b, :len(s)] = torch.tensor(s, dtype=torch.long)
+        ids[b, :len(s)] = torch.tensor(list(s), dtype=torch.long)
         mask[b, :len(s)] = 1
+    return ids, mask
+
+
+def pad_right(contexts: Sequence[Sequence[int]], messages: Sequence[Sequence[int]], pad_id: int):
+    """``(ids (B,L), attention_mask (B,L), starts (B,), lengths (B,))`` of ``context+message``
+    right-padded; ``starts[b] = len(context_b)``, ``lengths[b] = len(message_b)``."""
+    ids, mask = _right_pad([list(c) + list(m) for c, m in zip(contexts, messages, strict=True)],
+                           pad_id)
     starts = torch.tensor([len(c) for c in contexts])
     lengths = torch.tensor([len(m) for m in messages])
     return ids, mask, starts, lengths
@@ -245,12 +251,8 @@ def _shared_prefix_logits(model, contexts, ks, messages, T: int, pad_id: int):
     cache = _prefill(model, ids, mask, pos)
     cache.batch_select_indices(rows)
     rests = [list(c[k:]) + list(m[:-1]) for c, k, m in zip(contexts, ks, messages, strict=True)]
-    Ls = max(len(r) for r in rests)
-    step = torch.full((len(rests), Ls), int(pad_id), dtype=torch.long)
-    smask = torch.zeros((len(rests), Ls), dtype=torch.long)
-    for b, r in enumerate(rests):
-        step[b, :len(r)] = torch.tensor(r, dtype=torch.long)
-        smask[b, :len(r)] = 1
+    step, smask = _right_pad(rests, pad_id)
+    Ls = step.shape[1]
     attn = torch.cat([mask[rows], smask], dim=1)
     kt = torch.tensor(ks)
     spos = kt[:, None] + torch.arange(Ls)[None, :]
