@@ -27,10 +27,11 @@ are known (the constant vector for ``V``, total mass for ``d``), so that mode is
 free and the rest converges at ``γ|λ₂(P_π)|`` per sweep (random graphs: ``|λ₂| ≈ 0.37``, about
 20 products at γ=0.9 and at γ=0.99). The starts ``r_π/(1−γ)`` and ``b/(1−γ)`` already have no
 component along that mode (``μᵀ(I − γP_π)⁻¹ = μᵀ/(1−γ)`` for the stationary ``μ``; the
-d-iteration conserves mass); MacQueen's shift keeps it out for any start and against roundoff. Both iterations are never slower than value iteration
-(their residual norms contract by at least γ per sweep). When the observed contraction is
-slow (poorly mixing chains, ``|λ₂|`` near 1) they hand their iterate to Jacobi-preconditioned
-BiCGSTAB (own implementation, GMRES as the last resort), which copes with real spectra near 1.
+d-iteration conserves mass); MacQueen's shift keeps it out for any start and against
+roundoff. Both iterations are never slower than value iteration (their residual norms
+contract by at least γ per sweep). When the observed contraction is slow (poorly mixing
+chains, ``|λ₂|`` near 1) they hand their iterate to Jacobi-preconditioned BiCGSTAB (own
+implementation, GMRES as the last resort), which copes with real spectra near 1.
 Stopping rules are the guarantees callers need: ``V`` stops on the sup-norm Bellman residual
 ``‖r_π + γ P_π V − V‖∞ ≤ tol`` (reported as ``Evaluation.residual``); ``d`` stops on the ℓ1
 residual ``≤ tol·(1−γ)``, which bounds ``‖d − d^π‖₁ ≤ tol``. Both are checked on the true
@@ -384,7 +385,7 @@ def _slow(history: list[float], tol: float) -> bool:
     k = len(history)
     if k >= MAX_SWEEPS:
         return True
-    if k < 8:
+    if k < 8 or tol <= 0:
         return False
     q = (history[-1] / history[-5]) ** 0.25
     return q >= 1.0 or k + np.log(tol / history[-1]) / np.log(q) > MAX_SWEEPS

@@ -124,8 +124,8 @@ def joint_policy(mdp: FactorizedMDP, policy: TeamPolicy) -> np.ndarray:
     """
     S = mdp.n_states
     if mdp.kind == "turn":
-        # row s from the factor of the agent whose turn it is; no (n, S, A) stack (at S=10⁶
-        # that temporary alone cost more than the rest of a sparse evaluation's set-up)
+        # row s from the factor of the agent whose turn it is, without an (n, S, A) stack
+        # (at S=10⁶, n=A=4 a 128 MB temporary: 0.06-0.56 s, against 0.07 s for this loop)
         out = np.empty_like(policy.factors[0])
         for j, f in enumerate(policy.factors):
             rows = mdp.turn == j
