@@ -5,7 +5,7 @@ Series (each point: min over rounds of one timed call):
 - ``dense_S``: ``evaluate(mdp, π)`` with V and d, dense turn-taking n=4, A=4, S doubling;
   one LU is ``(2/3)S³`` flops and collapse reads ``K·S²`` floats, so the slope lies between
   2 and 3 and approaches 3 as S grows;
-- ``sparse_S``: the Krylov path on sparse turn-taking MDPs (5 successors), S ×10 per point;
+- ``sparse_S``: the sparse path on sparse turn-taking MDPs (5 successors), S ×10 per point;
   expected slope ~1 (products of O(nnz) = O(S), iteration count independent of S);
 - ``certificate_n_turn``: a full stage certificate on dense turn-taking S=500, A=4, n agents:
   n+1 evaluations of fixed cost, slope in n ~1;

@@ -1,9 +1,10 @@
-"""Large sparse turn-taking MDPs: Krylov evaluation vs value iteration (issue 7 item 2).
+"""Large sparse turn-taking MDPs: our sparse evaluation vs value iteration (issue 7 item 2).
 
 Random turn-taking team MDPs (n=4 agents, A=4 actions, 5 random successors per
 state-action, CSR transitions) with S ∈ {10⁴, 10⁵, 10⁶}, γ ∈ {0.9, 0.99}:
 
-- **ours**: ``evaluate(mdp, policy, tol=1e-8).V`` (collapse included), and ``.d`` after it;
+- **ours**: ``evaluate(mdp, policy, tol=1e-8).V`` (collapse included; deflated value
+  iteration, BiCGSTAB only on slowly mixing chains), and ``.d`` after it;
 - **VI**: value iteration ``V ← r_π + γ P_π V`` from ``V = 0`` (the textbook start, as in
   pymdptoolbox) on the already-collapsed canonical CSR ``P_π`` (handed to it untimed),
   stopped at the first iterate whose Bellman residual ``‖r_π + γP_πV − V‖∞`` is at most the

@@ -2,7 +2,7 @@
 
 Runs the scripts of ``experiments/benchmarks/`` (issue 7; see ``BENCHMARKS.md``) through
 their ``main()`` functions: ``eval`` (exact evaluation vs QuantEcon, pymdptoolbox and one
-bare LAPACK solve), ``sparse`` (Krylov vs value iteration on large sparse MDPs),
+bare LAPACK solve), ``sparse`` (our sparse evaluation vs value iteration on large MDPs),
 ``certificate`` (a full stage certificate vs a naive implementation), ``scaling``
 (log-log fits of time vs S and n), ``suites`` (wall times of ``sat verify --quick`` and
 ``sat figures --quick``, run as subprocesses) and ``llm`` (the LLM backend on CPU: batched vs
