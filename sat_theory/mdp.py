@@ -125,7 +125,11 @@ def _check_csr(P: sp.spmatrix, n_rows: int, n_states: int, what: str) -> sp.csr_
     P = sp.csr_matrix(P, dtype=np.float64)
     if P.shape != (n_rows, n_states):
         raise InputError(f"{what} has shape {P.shape}, expected {(n_rows, n_states)}")
-    P.sum_duplicates()
+    if not P.has_canonical_format:
+        # sum_duplicates rewrites the index arrays in place, and csr_matrix(P) shares them
+        # with the caller's matrix: canonicalise a copy, never the caller's P
+        P = P.copy()
+        P.sum_duplicates()
     if not np.all(np.isfinite(P.data)):
         raise InputError(f"{what} contains NaN or infinite entries")
     if P.data.size and P.data.min() < -SUM_TOL:

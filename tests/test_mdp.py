@@ -356,3 +356,20 @@ def test_copy_false_keeps_valid_arrays_copy_true_does_not():
     kept = FactorizedMDP.turn_taking(P, mdp.R, mdp.turn, 2, mdp.rho0, 0.9, copy=False)
     fresh = FactorizedMDP.turn_taking(P, mdp.R, mdp.turn, 2, mdp.rho0, 0.9)
     assert np.shares_memory(kept.P, P) and not np.shares_memory(fresh.P, P)
+
+
+def test_sparse_P_with_duplicate_entries_is_summed_without_touching_the_callers_matrix():
+    """A CSR ``P`` with repeated (row, column) entries means their sum; canonicalising it must
+    not rewrite the caller's arrays (csr_matrix(P) shares them)."""
+    import scipy.sparse as sp
+
+    data = np.array([0.5, 0.5, 1.0, 1.0, 1.0])
+    indices = np.array([1, 1, 0, 1, 0])
+    indptr = np.array([0, 2, 3, 4, 5])
+    P = sp.csr_matrix((data, indices, indptr), shape=(4, 2))  # rows s·A + a, S = A = 2
+    kept = [a.copy() for a in (P.data, P.indices, P.indptr)]
+    mdp = FactorizedMDP.turn_taking(P, np.zeros((2, 2)), np.zeros(2, dtype=int), 1,
+                                    np.array([0.5, 0.5]), 0.9)
+    for a, b in zip((P.data, P.indices, P.indptr), kept, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(mdp.P.toarray(), [[0, 1], [1, 0], [0, 1], [1, 0]])
