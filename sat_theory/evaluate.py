@@ -103,7 +103,7 @@ def bellman_residual(mdp: FactorizedMDP, pi_joint: np.ndarray, V: np.ndarray) ->
 @dataclass(eq=False)
 class Evaluation:
     """Exact evaluation of one team policy. ``d``, ``Q`` and ``A`` are computed on first use,
-    reusing the factorization (or Krylov set-up) made for ``V``.
+    reusing the factorization (or sparse set-up) made for ``V``.
 
     Attributes: ``V`` (S,), ``J`` (float), ``d`` (S,), ``Q`` (S, K), ``A`` (S, K),
     ``pi`` (S, K) joint probabilities, ``r_pi`` (S,).
@@ -150,8 +150,9 @@ def evaluate(mdp: FactorizedMDP, policy: TeamPolicy | np.ndarray, *, tol: float 
     """Exact ``V, Q, A, d, J`` of ``policy`` (a TeamPolicy or (S, K) joint probabilities).
 
     ``method``: ``"auto"`` (dense LU unless the MDP is sparse with at least
-    ``SPARSE_MIN_STATES`` states), ``"dense"`` or ``"krylov"``. ``tol`` is the Bellman
-    residual the Krylov path must reach (in sup norm).
+    ``SPARSE_MIN_STATES`` states), ``"dense"`` or ``"krylov"`` (the iterative sparse path:
+    deflated value iteration, BiCGSTAB on slowly mixing chains; the name is kept for
+    callers). ``tol`` is the Bellman residual the iterative path must reach (in sup norm).
     """
     pi = joint_policy(mdp, policy) if isinstance(policy, TeamPolicy) else np.asarray(policy)
     if method == "auto":
@@ -280,7 +281,7 @@ def _collapse_sparse(P: sp.csr_matrix, weights: np.ndarray) -> sp.csr_matrix:
     Row ``s`` of the result is the concatenation of the K slot rows ``s·K + k`` scaled by
     ``w(s,k)``: the same arrays as ``P`` with the data scaled and every K-th row pointer
     kept. Column indices may repeat within a row (not canonical CSR); matrix–vector
-    products sum repeats, so this serves the Krylov solver as is. O(nnz), about 20× faster
+    products sum repeats, so this serves the iterative solvers as is. O(nnz), about 20× faster
     than the sparse product ``W @ P`` at S=10⁵.
     """
     S, K = weights.shape
