@@ -454,7 +454,7 @@ def _evaluate_krylov(mdp: FactorizedMDP, pi: np.ndarray, tol: float) -> Evaluati
         V = _krylov(lambda x: x - g * (P_pi @ x), jacobi(), r_pi, tol, x0=V)
         res = float(np.abs(r_pi + g * (P_pi @ V) - V).max())
     if not res <= tol:
-        raise ConvergenceError(f"Krylov policy evaluation stopped at Bellman residual {res:.3g} > {tol:g}")
+        raise ConvergenceError(f"sparse policy evaluation stopped at Bellman residual {res:.3g} > {tol:g}")
 
     def solve_adjoint(b):
         # d is a distribution: ‖Mᵀe‖₁ ≤ tol(1−γ) gives ‖e‖₁ ≤ tol since ‖M^{-1}‖_∞ = 1/(1−γ)
@@ -467,7 +467,7 @@ def _evaluate_krylov(mdp: FactorizedMDP, pi: np.ndarray, tol: float) -> Evaluati
             res_d = _l1(b + g * (PT @ x) - x)
         if not res_d <= tol_d:
             raise ConvergenceError(
-                f"Krylov occupancy solve stopped at l1 residual {res_d:.3g} > {tol_d:g}")
+                f"sparse occupancy solve stopped at l1 residual {res_d:.3g} > {tol_d:g}")
         return x
 
     return Evaluation(mdp, pi, r_pi, V, solve_adjoint, residual=res)
