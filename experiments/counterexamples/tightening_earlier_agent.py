@@ -21,8 +21,7 @@ import os
 
 import numpy as np
 
-from sat_theory.mdp import save_npz_atomic
-from sat_theory.verify.bounds import earlier_upgrade
+from sat_theory.verify.bounds import earlier_upgrade, save_case
 from sat_theory.verify.cases import cases
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,18 +49,9 @@ def main(argv=None) -> int:
         print("no drop found")
         return 1
     drop, c, order, base, new, tar2 = best
-    path = os.path.join(HERE, "tightening_earlier_agent.npz")
-    tmp = path + ".mdp.npz"
-    c.mdp.save(tmp)
-    with np.load(tmp) as z:
-        arrays = {k: z[k] for k in z.files}
-    os.remove(tmp)
-    for j in range(c.n):
-        arrays[f"cur_{j}"] = c.current.factors[j]
-        arrays[f"tar_{j}"] = c.target.factors[j]
-        arrays[f"upgraded_{j}"] = tar2.factors[j]
-    arrays["order"] = np.asarray(order)
-    save_npz_atomic(path, arrays)
+    extra = {f"upgraded_{j}": tar2.factors[j] for j in range(c.n)}
+    save_case(os.path.join(HERE, "tightening_earlier_agent.npz"), c,
+              {**extra, "order": np.asarray(order)})
     facts = dict(
         case=c.label, order=list(order), relative_drop=drop,
         before=dict(L=[s.L_seq for s in base.steps], delta=[s.delta for s in base.steps],

@@ -490,8 +490,9 @@ def tight_case_path(form: str) -> str:
                         f"tight_step_{form}.npz")
 
 
-def save_case(path: str, case: Case) -> None:
-    """MDP arrays (FactorizedMDP.load-able) plus ``cur_j`` and ``tar_j`` factors."""
+def save_case(path: str, case: Case, extra: dict | None = None) -> None:
+    """MDP arrays (FactorizedMDP.load-able) plus ``cur_j`` and ``tar_j`` factors and any
+    ``extra`` arrays."""
     from ..mdp import save_npz_atomic
 
     tmp = path + ".mdp.npz"
@@ -502,6 +503,7 @@ def save_case(path: str, case: Case) -> None:
     for j in range(case.n):
         arrays[f"cur_{j}"] = case.current.factors[j]
         arrays[f"tar_{j}"] = case.target.factors[j]
+    arrays.update(extra or {})
     save_npz_atomic(path, arrays)
 
 
