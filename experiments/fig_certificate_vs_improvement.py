@@ -17,7 +17,7 @@ if __package__ in (None, ""):
 import matplotlib.pyplot as plt
 
 from experiments.common import Options, run_study, write_csv
-from experiments.runs import ensure_runs, load, main_runset
+from experiments.runs import main_runset, trained
 from sat_theory.plotting import paper_style, plot_certificate_vs_improvement, save_figure
 
 NAME = "fig_certificate_vs_improvement"
@@ -28,8 +28,7 @@ COLUMNS = ["method", "seed", "stage", "true_improvement", "lower_bound", *[p[0] 
 
 def run(opts: Options) -> list[Path]:
     rs = main_runset(opts.quick, opts.seeds)
-    ensure_runs(opts.out, rs, **opts.executor_kwargs())
-    _, stages, _ = load(opts.out, rs)
+    _, stages, _ = trained(opts.out, rs, **opts.executor_kwargs())
     df = stages[stages.method == "sat"]
     df = df[[c for c in COLUMNS if c in df.columns]]
     paths = [write_csv(df, opts.out, NAME)]

@@ -18,7 +18,7 @@ if __package__ in (None, ""):
 import matplotlib.pyplot as plt
 
 from experiments.common import Options, run_study, write_csv
-from experiments.runs import ensure_runs, load, main_runset
+from experiments.runs import main_runset, trained
 from sat_theory.plotting import paper_style, plot_kl_distribution, save_figure
 
 NAME = "fig_kl_distribution"
@@ -28,8 +28,7 @@ COLUMNS = ["method", "seed", "stage", "step", "agent", "kl", "delta", "delta_i",
 
 def run(opts: Options) -> list[Path]:
     rs = main_runset(opts.quick, opts.seeds)
-    ensure_runs(opts.out, rs, **opts.executor_kwargs())
-    steps, _, _ = load(opts.out, rs)
+    steps, _, _ = trained(opts.out, rs, **opts.executor_kwargs())
     df = steps[[c for c in COLUMNS if c in steps.columns]]
     paths = [write_csv(df, opts.out, NAME)]
     with paper_style():

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.common import Options, run_study, write_csv
-from experiments.runs import RunSet, ensure_runs, load
+from experiments.runs import RunSet, trained
 from sat_theory.plotting import paper_style, plot_plug_and_play, save_figure
 
 NAME = "fig_plug_and_play"
@@ -92,8 +92,7 @@ def summary(stages: pd.DataFrame, swaps: pd.DataFrame) -> pd.DataFrame:
 
 def run(opts: Options) -> list[Path]:
     rs = runset(opts)
-    ensure_runs(opts.out, rs, **opts.executor_kwargs())
-    _, stages, swaps = load(opts.out, rs)
+    _, stages, swaps = trained(opts.out, rs, **opts.executor_kwargs())
     traj = trajectories(stages, swaps)
     paths = [write_csv(traj, opts.out, NAME),
              write_csv(summary(stages, swaps), opts.out, "table_plug_and_play")]

@@ -22,7 +22,7 @@ if __package__ in (None, ""):
 import matplotlib.pyplot as plt
 
 from experiments.common import Options, run_study, write_csv
-from experiments.runs import ensure_runs, load, main_runset
+from experiments.runs import main_runset, trained
 from sat_theory.plotting import paper_style, plot_stale_gap, save_figure
 
 NAME = "fig_stale_gap"
@@ -31,8 +31,7 @@ COLUMNS = ["method", "seed", "stage", "step", "agent", "L_seq", "L_stale", "surr
 
 def run(opts: Options) -> list[Path]:
     rs = main_runset(opts.quick, opts.seeds)
-    ensure_runs(opts.out, rs, **opts.executor_kwargs())
-    steps, _, _ = load(opts.out, rs)
+    steps, _, _ = trained(opts.out, rs, **opts.executor_kwargs())
     df = steps[steps.method.isin(["sat", "naive"])]
     df = df[[c for c in COLUMNS if c in df.columns]].copy()
     df["gap_exact"] = (df.L_stale - df.L_seq).abs()

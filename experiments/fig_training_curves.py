@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from experiments.common import Options, run_study, write_csv
-from experiments.runs import RunSet, ensure_runs, load, main_runset
+from experiments.runs import RunSet, main_runset, trained
 from sat_theory.plotting import paper_style, plot_training_curves, save_figure
 
 NAME = "fig_training_curves"
@@ -41,8 +41,7 @@ def run(opts: Options) -> list[Path]:
               ("exact (infinite samples), n=8", exact_runset(opts))]
     frames = []
     for setting, rs in panels:
-        ensure_runs(opts.out, rs, **opts.executor_kwargs())
-        _, stages, _ = load(opts.out, rs)
+        _, stages, _ = trained(opts.out, rs, **opts.executor_kwargs())
         df = stages[[c for c in COLUMNS if c in stages.columns]].copy()
         df.insert(0, "setting", setting)
         frames.append(df)

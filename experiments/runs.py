@@ -142,6 +142,12 @@ def load(out: Path, rs: RunSet) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFram
     return steps, stages, pd.DataFrame(swaps)
 
 
+def trained(out: Path, rs: RunSet, **executor_kwargs) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """:func:`load` of the run set after :func:`ensure_runs` (training what is missing)."""
+    ensure_runs(out, rs, **executor_kwargs)
+    return load(out, rs)
+
+
 def main_runset(quick: bool, seeds: int | None) -> RunSet:
     """The run set behind the run-log figures (quick: fewer stages and seeds)."""
     return RunSet(stages=8 if quick else 30, seeds=seeds or (2 if quick else 5))

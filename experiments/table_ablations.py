@@ -33,7 +33,7 @@ import pandas as pd
 
 from experiments.common import Options, run_study, write_csv
 from experiments.report import PAPER
-from experiments.runs import RunSet, ensure_runs, load
+from experiments.runs import RunSet, trained
 
 NAME = "table_ablations"
 
@@ -81,8 +81,7 @@ def per_seed(steps: pd.DataFrame, stages: pd.DataFrame) -> pd.DataFrame:
 
 def run(opts: Options) -> list[Path]:
     rs = runset(opts)
-    ensure_runs(opts.out, rs, **opts.executor_kwargs())
-    steps, stages, _ = load(opts.out, rs)
+    steps, stages, _ = trained(opts.out, rs, **opts.executor_kwargs())
     ps = per_seed(steps, stages)
     cols = ["final_J", "delta_stale_final", "surrogate_gap_final", "stability", "out_of_region_rate",
             "adv_clip_frac"]
