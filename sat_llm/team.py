@@ -37,7 +37,7 @@ from sat_theory.errors import InputError
 from sat_theory.team import Batch, Episode, Turn
 
 from .kl import sampled_sequence_kl, sequence_kl
-from .loss import clipped_surrogate, ratio_clip_fraction
+from .loss import RATIOS, clipped_surrogate, ratio_clip_fraction, token_clipped_surrogate
 from .protocol import Protocol
 from .rollout import generate, message_logprobs, score_logits
 from .tasks import Problem, make_task
@@ -74,6 +74,9 @@ class LLMConfig:
     minibatch: int = _f(16, "turns per optimizer step")
     grad_clip: float = _f(1.0, "gradient-norm clipping")
     eps_w: float = _f(0.2, "ratio clip ε of the surrogate (PPO clip range)")
+    ratio: str = _f("sequence", "surrogate ratio: sequence (w = exp(Σ_u Δ_u), TeamTR eq. 17) | "
+                    "token (per-token exp(Δ_u), clipped per token: TRL's dr_grpo × max_new_tokens; "
+                    "see sat_llm.loss)")
     gamma: float = _f(1.0, "discount over turns (1: episodic score; the γ-terms of the "
                       "certificate need γ < 1)")
     n_train: int = _f(512, "training problems in the pool")
@@ -101,6 +104,8 @@ class LLMConfig:
             raise InputError("need lr > 0, grad_clip > 0 and eps_w > 0")
         if not 0 < self.gamma <= 1:
             raise InputError(f"gamma must lie in (0, 1], got {self.gamma}")
+        if self.ratio not in RATIOS:
+            raise InputError(f"unknown ratio {self.ratio!r}; choose {' or '.join(RATIOS)}")
         if self.engine not in ("hf", "vllm"):
             raise InputError(f"unknown engine {self.engine!r}; choose hf or vllm")
         self.lora_targets = tuple(self.lora_targets)
@@ -440,6 +445,41 @@ class LLMTeam(EpisodeLoop):
         self._ref_cache = (key, out)
         return out
 
+    def _minibatch_loss(self, agent: int, ctxs, msgs, beh, adv, ref_mb, beta: float, M: int):
+        """``(loss, seq_logp, kl, surr)`` of one minibatch at the current adapter:
+        ``loss = −(Σ_m surr_m − β Σ_m KL̂_exact(m)) / M`` (so a pass over the batch sums to
+        ``−L^clip + β·mean KL̂``), ``surr_m`` in the configured ratio form (:mod:`sat_llm.loss`;
+        ``beh``: summed behaviour log-probs for ``sequence``; ``token`` takes its old per-token
+        log-probs from the reference pass ``ref_mb = (logp, tokens, mask)``)."""
+        lp_ref, toks_ref, mask_ref = ref_mb
+        # shared context prefixes run once here too: autograd sums the gradient of
+        # each repeated KV cache over its rows (same loss and gradient up to roundoff)
+        logp, toks, mask = score_logits(self._activate(agent), ctxs, msgs,
+                                        pad_id=self.tokenizer(agent).pad_token_id,
+                                        temperature=self.cfg.temperature, share_prefix=True)
+        tok = message_logprobs(logp, toks, mask)
+        seq = tok.sum(-1)
+        if self.cfg.ratio == "token":
+            old = message_logprobs(lp_ref, toks_ref, mask_ref).to(tok.dtype)
+            surr = token_clipped_surrogate(tok, old, mask, adv, self.cfg.eps_w)
+        else:
+            surr = clipped_surrogate(seq, beh, adv, self.cfg.eps_w)
+        klv = sequence_kl(lp_ref, logp.double(), mask.double()).float()
+        return -(surr.sum() - float(beta) * klv.sum()) / M, seq, klv, surr
+
+    def loss(self, agent: int, batch: Batch, advantages, beta: float,
+             reference: AgentSnapshot) -> torch.Tensor:
+        """The objective ``update`` descends, ``−L^clip + β·mean KL̂``, on the whole batch at the
+        current adapter, differentiable (the sum of its minibatch losses; for oracle tests)."""
+        ctxs, msgs, beh = self._turns(agent, batch)
+        M, mb = len(msgs), self.cfg.minibatch
+        refs = self._ref_logps(agent, batch, reference, ctxs, msgs)
+        adv = torch.as_tensor(np.asarray(advantages, dtype=np.float32))
+        behT = torch.as_tensor(beh, dtype=torch.float32)
+        return sum(self._minibatch_loss(agent, ctxs[s:s + mb], msgs[s:s + mb], behT[s:s + mb],
+                                        adv[s:s + mb], refs[k], beta, M)[0]
+                   for k, s in enumerate(range(0, M, mb)))
+
     def update(self, agent: int, batch: Batch, advantages, beta: float, reference: AgentSnapshot,
                *, step_scale: float = 1.0, correction: str = "none") -> dict:
         """AdamW steps on ``−L^clip + β·KL̂_exact`` for this agent's adapter only (see
@@ -464,23 +504,14 @@ class LLMTeam(EpisodeLoop):
         params = list(self._params(agent).values())
         adv = torch.as_tensor(np.asarray(advantages, dtype=np.float32))
         behT = torch.as_tensor(beh, dtype=torch.float32)
-        pad = self.tokenizer(agent).pad_token_id
         mb = self.cfg.minibatch
         steps, loss_sum, kl_sum, surr_sum, gnorm = 0, 0.0, 0.0, 0.0, 0.0
         clip_fracs = []
         for _ in range(self.cfg.epochs):
             for k, s in enumerate(range(0, M, mb)):
-                model = self._activate(agent)
-                lp_ref = refs[k][0]
-                # shared context prefixes run once here too: autograd sums the gradient of
-                # each repeated KV cache over its rows (same loss and gradient up to roundoff)
-                logp, toks, mask = score_logits(model, ctxs[s:s + mb], msgs[s:s + mb], pad_id=pad,
-                                                temperature=self.cfg.temperature, share_prefix=True)
-                seq = message_logprobs(logp, toks, mask).sum(-1)
-                surr = clipped_surrogate(seq, behT[s:s + mb], adv[s:s + mb], self.cfg.eps_w)
-                klv = sequence_kl(lp_ref, logp.double(), mask.double()).float()
-                # sums over the minibatch / M: a pass over the batch sees mean_m of each term
-                loss = -(surr.sum() - float(beta) * klv.sum()) / M
+                loss, seq, klv, surr = self._minibatch_loss(agent, ctxs[s:s + mb], msgs[s:s + mb],
+                                                            behT[s:s + mb], adv[s:s + mb], refs[k],
+                                                            beta, M)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 gnorm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip))
