@@ -36,6 +36,9 @@ def add_arguments(p) -> None:
     g.add_argument("--llm-lr", type=float, default=2e-4, help="AdamW learning rate of the adapters")
     g.add_argument("--llm-epochs", type=int, default=1, help="passes over the batch per update")
     g.add_argument("--minibatch", type=int, default=16, help="turns per optimizer step")
+    g.add_argument("--ratio", choices=("sequence", "token"), default="sequence",
+                   help="surrogate ratio: sequence (w = exp(Σ_u Δ_u), TeamTR eq. 17; default) | token "
+                        "(per-token exp(Δ_u), clipped per token: TRL's dr_grpo loss × max-new-tokens)")
     g.add_argument("--lora-r", type=int, default=8, help="LoRA rank")
     g.add_argument("--n-train", type=int, default=512, help="training problems in the pool")
     g.add_argument("--n-eval", type=int, default=32, help="held-out problems (team accuracy)")

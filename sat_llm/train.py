@@ -68,7 +68,7 @@ def build_llm_config(args):
                      temperature=args.temperature, lora_r=args.lora_r, lr=args.llm_lr,
                      epochs=args.llm_epochs, minibatch=args.minibatch, gamma=args.gamma,
                      n_train=args.n_train, n_eval=args.n_eval, seed=args.seed,
-                     engine=args.engine, threads=args.threads)
+                     engine=args.engine, threads=args.threads, ratio=args.ratio)
 
 
 def _apply_defaults(args) -> None:
