@@ -17,7 +17,8 @@ Data passed between them:
   is distinct for every fresh sample (intermediate occupancy resamples after every agent
   update; stale occupancy reuses one batch for the whole stage). ``exact=True`` marks the
   tabular exact mode's infinite-sample "batch": it has no episodes, and every expectation
-  is computed exactly by the backend from ``extra``.
+  is computed exactly by the backend from ``extra``. ``versions`` (optional) names the
+  parameter version of every agent that generated it.
 
 Conventions every backend follows (the algorithm relies on them):
 
@@ -83,6 +84,11 @@ class Batch:
     # True for the tabular exact mode's infinite-sample batch (no episodes; every
     # expectation is exact). The algorithm then passes ``advantages=None`` to ``update``.
     exact: bool = False
+    # The parameter version of every agent whose policy generated the batch (LLM teams:
+    # the adapter versions the rollout engine served), or None when the backend does not
+    # track versions (the tabular team). A backend checks it before an update: the batch
+    # must come from the versions it expects (stale rollouts are an error, not a warning).
+    versions: tuple | None = None
     _arrays: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
