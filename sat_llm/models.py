@@ -29,7 +29,7 @@ from pathlib import Path
 from sat_theory.errors import InputError
 
 __all__ = ["MODELS", "ModelSpec", "resolve_model", "load_model", "tiny_tokenizer", "cache_dir",
-           "tiny_random_model"]
+           "tiny_random_model", "hf_dir"]
 
 #: named models -> one-line description (for help texts and error messages)
 MODELS: dict[str, str] = {
@@ -130,8 +130,8 @@ def _gguf_cache_path(gguf: Path) -> Path:
     return cache_dir() / f"{gguf.stem}-{key[:12]}"
 
 
-def _load_gguf(gguf: Path):
-    """De-quantize a GGUF once (needs ``gguf``), cache the float32 HF copy, load the cache."""
+def _gguf_hf_dir(gguf: Path) -> Path:
+    """De-quantize a GGUF once (needs ``gguf``) and cache the float32 HF copy; its folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     target = _gguf_cache_path(gguf)
@@ -147,14 +147,38 @@ def _load_gguf(gguf: Path):
         model.is_quantized = False
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        try:  # atomic publish; a concurrent converter may have won the race
-            os.rename(tmp, target)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return _load_hf(target)
+        _publish(target, model, tok)
+    return target
+
+
+def hf_dir(name: str, seed: int = 0) -> Path:
+    """A Hugging Face model folder (``config.json`` + weights + tokenizer) of a model name or
+    path, for libraries that load from a folder (e.g. TRL): a directory as given; a GGUF
+    (``smollm2-135m`` or a ``.gguf`` file) as its cached float32 conversion (made once, as
+    :func:`load_model` does); ``tiny-random`` (of ``seed``) saved once under :func:`cache_dir`.
+    :func:`load_model` of the folder gives the same weights and tokenizer as of ``name``."""
+    spec = resolve_model(name)
+    if spec.kind == "hf":
+        return Path(spec.path)
+    if spec.kind == "gguf":
+        return _gguf_hf_dir(Path(spec.path))
+    target = cache_dir() / f"tiny-random-seed{int(seed)}"
+    if not (target / "config.json").is_file():
+        model, tok = load_model(name, seed=seed)
+        _publish(target, model, tok)
+    return target
+
+
+def _publish(target: Path, model, tok) -> None:
+    """``save_pretrained`` into a temporary sibling, then rename (atomic; a concurrent writer
+    may have won the race)."""
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    try:
+        os.rename(tmp, target)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _load_hf(path: Path | str):
@@ -173,7 +197,7 @@ def load_model(name: str, seed: int = 0):
         tok = tiny_tokenizer()
         model = tiny_random_model(len(tok), seed=seed)
     elif spec.kind == "gguf":
-        model, tok = _load_gguf(Path(spec.path))
+        model, tok = _load_hf(_gguf_hf_dir(Path(spec.path)))
     else:
         model, tok = _load_hf(spec.path)
     if tok.pad_token_id is None:
