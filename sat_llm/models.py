@@ -13,7 +13,8 @@
   ``.gguf`` file (converted and cached like the named default).
 
 Nothing is ever downloaded: every ``from_pretrained`` call runs with ``local_files_only``.
-Models are float32 (CPU training; no TF32, no half precision).
+Models load in float32 on the CPU; :func:`place` then casts the frozen base to the run's
+``dtype`` and moves it to its device (:func:`resolve_device`, :func:`resolve_dtype`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ from pathlib import Path
 from sat_theory.errors import InputError
 
 __all__ = ["MODELS", "ModelSpec", "resolve_model", "load_model", "tiny_tokenizer", "cache_dir",
-           "tiny_random_model", "hf_dir"]
+           "tiny_random_model", "hf_dir", "random_llama", "LLAMA_SHAPES", "resolve_device",
+           "resolve_dtype", "DTYPES", "place"]
+
+#: base-model dtypes by name (``--dtype``); "auto" is float32 on CPU, bfloat16 on CUDA
+DTYPES = ("float32", "bfloat16", "float16")
 
 #: named models -> one-line description (for help texts and error messages)
 MODELS: dict[str, str] = {
@@ -88,16 +93,20 @@ def resolve_model(name: str) -> ModelSpec:
                      "or give a model directory or a .gguf file")
 
 
-def tiny_tokenizer():
+def tiny_tokenizer(vocab_size: int | None = None):
     """A character-level ``PreTrainedTokenizerFast`` built locally (printable ASCII + newline,
     specials ``<pad>`` 0, ``<|im_start|>`` 1, ``<|im_end|>`` 2 (= eos), ``<unk>`` 3) with a
-    ChatML chat template."""
+    ChatML chat template. ``vocab_size``: pad the vocabulary with ``<x{i}>`` tokens up to
+    that size (a random model of a real model's shape can emit every id of its vocabulary,
+    and each must decode)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<pad>", "<|im_start|>", "<|im_end|>", "<unk>"]
     chars = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
     vocab = {t: i for i, t in enumerate(specials + chars)}
+    for i in range(len(vocab), vocab_size or 0):
+        vocab[f"<x{i}>"] = i
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     # one token per character ("[\\s\\S]" also matches the newline)
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), behavior="isolated")
@@ -122,6 +131,84 @@ def tiny_random_model(vocab_size: int, seed: int = 0, hidden: int = 32, layers: 
         torch.manual_seed(seed)
         model = LlamaForCausalLM(cfg)
     return model.float().eval()
+
+
+#: decoder shapes of random Llamas built from a config (no download): SmolLM2-135M's, and a
+#: ~1.2B one with Llama-3.2-1B's layout (for the GPU check, ``experiments/gpu_check.py``)
+LLAMA_SHAPES: dict[str, dict] = {
+    "smollm2-135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                         num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                         tie_word_embeddings=True),
+    "llama-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
+                     num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+                     tie_word_embeddings=True),
+}
+
+
+def random_llama(shape: str | dict, seed: int = 0):
+    """``(model, tokenizer)``: a randomly initialised float32 ``LlamaForCausalLM`` of a named
+    shape (:data:`LLAMA_SHAPES`) or of the given config fields, with the character tokenizer
+    padded to its vocabulary. Random weights: for speed and memory measurements only."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    kw = dict(LLAMA_SHAPES[shape]) if isinstance(shape, str) else dict(shape)
+    tok = tiny_tokenizer(kw["vocab_size"])
+    cfg = LlamaConfig(max_position_embeddings=2048, pad_token_id=0, bos_token_id=1,
+                      eos_token_id=2, **kw)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(cfg)
+    return model.float().eval(), tok
+
+
+def resolve_device(spec: str):
+    """``torch.device`` of ``auto | cpu | cuda | cuda:K`` (auto: CUDA when available, else
+    CPU). A CUDA device that is not there is an :class:`InputError`, raised before any model
+    is loaded."""
+    import torch
+
+    spec = str(spec).strip().lower()
+    if spec == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    if spec == "cpu":
+        return torch.device("cpu")
+    if spec == "cuda" or spec.startswith("cuda:"):
+        k = spec[5:] or "0"
+        if not k.isdigit():
+            raise InputError(f"device {spec!r}: write cuda:K with an integer K")
+        if not torch.cuda.is_available():
+            why = ("this torch is a CPU build" if torch.version.cuda is None
+                   else "no CUDA GPU is visible")
+            raise InputError(f"device {spec!r} requested but CUDA is not available ({why}); "
+                             "use --device cpu or auto")
+        if int(k) >= torch.cuda.device_count():
+            raise InputError(f"device {spec!r}: only {torch.cuda.device_count()} CUDA "
+                             "device(s) visible")
+        return torch.device(f"cuda:{k}")
+    raise InputError(f"unknown device {spec!r}: choose auto, cpu, cuda or cuda:K")
+
+
+def resolve_dtype(spec: str, device):
+    """``torch.dtype`` of the frozen base: ``float32 | bfloat16 | float16``; ``auto`` is
+    float32 on the CPU and bfloat16 on CUDA."""
+    import torch
+
+    if spec == "auto":
+        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    if spec not in DTYPES:
+        raise InputError(f"unknown dtype {spec!r}: choose auto, {', '.join(DTYPES)}")
+    return getattr(torch, spec)
+
+
+def place(model, device, dtype):
+    """Cast the floating-point parameters of the frozen base ``model`` to ``dtype`` and move
+    it to ``device``; buffers keep their dtype (the rotary frequencies stay float32).
+    Returns the model."""
+    for p in model.parameters():
+        if p.is_floating_point() and p.dtype != dtype:
+            p.data = p.data.to(dtype)
+    return model.to(device)
 
 
 def _gguf_cache_path(gguf: Path) -> Path:
