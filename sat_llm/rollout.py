@@ -1,4 +1,4 @@
-"""Batched generation and teacher-forced scoring on CPU (transformers).
+"""Batched generation and teacher-forced scoring on the model's device (transformers).
 
 Conventions that keep the behaviour log-probabilities, the ratios and the KLs consistent:
 
@@ -14,29 +14,59 @@ Conventions that keep the behaviour log-probabilities, the ratios and the KLs co
 - Teacher-forced scoring right-pads ``context + message`` (positions then start at 0 in
   every row, as in generation) and returns the log-probabilities of the message tokens,
   ``(B, T)`` with a mask, from the logits at the positions just before them.
+- Devices: token and index tensors are built on the host and moved to the model's device
+  once per call (:func:`model_device`); log-probabilities come back to the host as float64
+  NumPy arrays. Sampling draws its random numbers on the host from the global torch RNG
+  (:class:`HostSampler`), so a seed gives the same messages on every device (up to float
+  ties) and exactly the draws of transformers' own CPU sampler.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["generate", "score_logits", "message_logprobs", "pad_right", "shared_prefixes"]
+__all__ = ["generate", "score_logits", "message_logprobs", "pad_right", "shared_prefixes",
+           "model_device", "HostSampler"]
 
 
-def _gen_config(max_new_tokens: int, temperature: float, greedy: bool, stop_ids, pad_id):
+def model_device(model) -> torch.device:
+    """The device of the model's (first) parameter: where its inputs must live."""
+    return next(model.parameters()).device
+
+
+class HostSampler:
+    """Logits processor that samples the next token on the host: ``p = softmax(scores/τ)``
+    (scores are transformers' float32 raw logits), one ``torch.multinomial`` draw per row
+    from the global CPU RNG, and logits that are ``0`` at the drawn token and ``−∞``
+    elsewhere, so that ``generate``'s greedy arg-max emits it. On the CPU these are exactly
+    the operations of transformers' own sampler (temperature warper, softmax,
+    multinomial), hence the same draws bit for bit; on CUDA the draws come from the same
+    host stream, so CPU and GPU runs of one seed sample the same messages unless a row's
+    probabilities differ across devices right at the drawn boundary (float roundoff). Costs
+    one (B, V) device-to-host copy per decoding step on a GPU."""
+
+    def __init__(self, temperature: float):
+        self.temperature = float(temperature)
+
+    def __call__(self, input_ids, scores):
+        x = scores / self.temperature if self.temperature != 1.0 else scores
+        probs = torch.softmax(x, dim=-1)
+        tok = torch.multinomial(probs.cpu(), num_samples=1).to(scores.device)
+        return torch.full_like(scores, -math.inf).scatter_(1, tok, 0.0)
+
+
+def _gen_config(max_new_tokens: int, stop_ids, pad_id):
     from transformers import GenerationConfig
 
     # a fresh config: no top-k/top-p/repetition settings inherited from the model's defaults
     kw = dict(max_new_tokens=int(max_new_tokens), eos_token_id=list(stop_ids), pad_token_id=int(pad_id),
               return_dict_in_generate=True, output_logits=True)
-    if greedy:
-        kw.update(do_sample=False)
-    else:
-        kw.update(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0)
-    return GenerationConfig(**kw)
+    # sampling is HostSampler's (a logits processor + arg-max), never generate's own
+    return GenerationConfig(do_sample=False, **kw)
 
 
 @torch.no_grad()
@@ -50,21 +80,27 @@ def generate(model, contexts: Sequence[Sequence[int]], *, max_new_tokens: int, t
     ``share_prefix``: when contexts repeat (the G rollouts of one prompt), each distinct
     context is prefilled once and its KV cache repeated for its copies (see
     :func:`_shared_prefix_cache`); the result is the same computation up to float roundoff.
-    Sampling uses the global torch RNG (seed it for reproducibility)."""
+    Sampling uses the global (host) torch RNG through :class:`HostSampler` (seed it for
+    reproducibility)."""
+    from transformers import LogitsProcessorList
+
     if not contexts:
         return [], []
-    ids, mask = _left_pad(contexts, pad_id)  # (B, L)
+    dev = model_device(model)
+    ids, mask = (x.to(dev) for x in _left_pad(contexts, pad_id))  # (B, L)
     L = ids.shape[1]
-    cfg = _gen_config(max_new_tokens, temperature, greedy, stop_ids, pad_id)
+    cfg = _gen_config(max_new_tokens, stop_ids, pad_id)
     cache = _shared_prefix_cache(model, contexts, pad_id) if share_prefix else None
+    procs = None if greedy else LogitsProcessorList([HostSampler(temperature)])
     out = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg,
-                         **({"cache": cache} if cache is not None else {}))
+                         logits_processor=procs, **({"cache": cache} if cache is not None else {}))
     gen = out.sequences[:, L:]  # (B, T)
     T = gen.shape[1]
-    logps = torch.empty(gen.shape, dtype=torch.float64)
+    logps = torch.empty(gen.shape, dtype=torch.float64, device=dev)
     for u in range(T):  # (B, V) raw logits of step u -> log-prob of the emitted token
         lp = torch.log_softmax(out.logits[u].float() / float(temperature), dim=-1)
         logps[:, u] = lp.gather(1, gen[:, u:u + 1]).squeeze(1).double()
+    gen, logps = gen.cpu(), logps.cpu()
     stops = set(int(s) for s in stop_ids)
     msgs, lps = [], []
     for b in range(gen.shape[0]):
@@ -100,10 +136,11 @@ def _shared_prefix_cache(model, contexts, pad_id: int):
     inverse = [first.setdefault(k, len(first)) for k in keys]
     if len(first) == len(keys) or min(len(k) for k in keys) < 2:
         return None
-    ids, mask = _left_pad(list(first), pad_id)  # same width as the full batch
+    dev = model_device(model)
+    ids, mask = (x.to(dev) for x in _left_pad(list(first), pad_id))  # width of the full batch
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = _prefill(model, ids[:, :-1], mask[:, :-1], pos[:, :-1])
-    cache.batch_select_indices(torch.tensor(inverse))
+    cache.batch_select_indices(torch.tensor(inverse, device=dev))
     return cache
 
 
@@ -217,7 +254,8 @@ def score_logits(model, contexts, messages, *, pad_id: int, temperature: float =
     context and its message against the gathered KV cache (:func:`_shared_prefix_logits`);
     the same log-probabilities up to float roundoff. When nothing is shared (or a context
     has a single token) it is the plain pass."""
-    tokens, mask, T = _message_rows(messages)
+    dev = model_device(model)
+    tokens, mask, T = (x.to(dev) if torch.is_tensor(x) else x for x in _message_rows(messages))
     ks = shared_prefixes(contexts) if share_prefix and T > 0 else None
     if ks is not None:
         sel = _shared_prefix_logits(model, contexts, ks, messages, T, pad_id)
@@ -225,7 +263,8 @@ def score_logits(model, contexts, messages, *, pad_id: int, temperature: float =
         ids, attn, starts, _ = pad_right(contexts, messages, pad_id)
         # the logit at position p predicts token p+1: message token u sits at starts+u
         pos = (starts[:, None] + torch.arange(T)[None, :] - 1).clamp(min=0, max=ids.shape[1] - 1)
-        sel = _logits_at(model, pos, input_ids=ids, attention_mask=attn)  # (B, T, V)
+        sel = _logits_at(model, pos.to(dev), input_ids=ids.to(dev),
+                         attention_mask=attn.to(dev))  # (B, T, V)
     x = sel.to(dtype)
     if float(temperature) != 1.0:  # x / 1 == x exactly: skip a pass over (B, T, V)
         x = x / float(temperature)
@@ -248,8 +287,6 @@ def _shared_prefix_logits(model, contexts, ks, messages, T: int, pad_id: int):
     rows = torch.tensor([first.setdefault(p, len(first)) for p in prefixes])
     ids, mask = _left_pad(list(first), pad_id)  # (U, K)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = _prefill(model, ids, mask, pos)
-    cache.batch_select_indices(rows)
     rests = [list(c[k:]) + list(m[:-1]) for c, k, m in zip(contexts, ks, messages, strict=True)]
     step, smask = _right_pad(rests, pad_id)
     Ls = step.shape[1]
@@ -258,6 +295,11 @@ def _shared_prefix_logits(model, contexts, ks, messages, T: int, pad_id: int):
     spos = kt[:, None] + torch.arange(Ls)[None, :]
     first_col = torch.tensor([len(c) for c in contexts]) - kt - 1
     keep = (first_col[:, None] + torch.arange(T)[None, :]).clamp(max=Ls - 1)  # (B, T)
+    dev = model_device(model)  # every index tensor built on the host, moved once
+    ids, mask, pos, rows, step, attn, spos, keep = (
+        x.to(dev) for x in (ids, mask, pos, rows, step, attn, spos, keep))
+    cache = _prefill(model, ids, mask, pos)
+    cache.batch_select_indices(rows)
     return _logits_at(model, keep, input_ids=step, attention_mask=attn, position_ids=spos,
                       cache=cache, use_cache=True)
 
