@@ -31,7 +31,7 @@ from sat_theory.errors import InputError
 
 __all__ = ["MODELS", "ModelSpec", "resolve_model", "load_model", "tiny_tokenizer", "cache_dir",
            "tiny_random_model", "hf_dir", "random_llama", "LLAMA_SHAPES", "resolve_device",
-           "resolve_dtype", "DTYPES", "place"]
+           "resolve_dtype", "DTYPES", "place", "memory_peak"]
 
 #: base-model dtypes by name (``--dtype``); "auto" is float32 on CPU, bfloat16 on CUDA
 DTYPES = ("float32", "bfloat16", "float16")
@@ -209,6 +209,32 @@ def place(model, device, dtype):
         if p.is_floating_point() and p.dtype != dtype:
             p.data = p.data.to(dtype)
     return model.to(device)
+
+
+def memory_peak(device, reset: bool = False) -> int:
+    """Peak memory in bytes since the last reset (``reset=True`` reads, then starts a new
+    window): on CUDA ``torch.cuda.max_memory_allocated`` of the device; on the CPU the
+    process's peak resident set size (Linux ``VmHWM``, reset through
+    ``/proc/self/clear_refs``; elsewhere the lifetime peak ``ru_maxrss``)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        peak = int(torch.cuda.max_memory_allocated(device))
+        if reset:
+            torch.cuda.reset_peak_memory_stats(device)
+        return peak
+    try:
+        with open("/proc/self/status") as f:
+            peak = next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmHWM:"))
+        if reset:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        return peak
+    except (OSError, StopIteration, ValueError):
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def _gguf_cache_path(gguf: Path) -> Path:
