@@ -134,26 +134,41 @@ class StageCertificate:
 
 
 def stage_certificate(mdp: FactorizedMDP, current: TeamPolicy, target: TeamPolicy, order,
-                      *, zeta=None, evaluations: list[Evaluation] | None = None) -> StageCertificate:
+                      *, zeta=None, advantages=None,
+                      evaluations: list[Evaluation] | None = None) -> StageCertificate:
     """Every certificate term of THEORY §4 for one stage, computed exactly.
 
-    ``zeta``: per-step estimator-error bounds ``ζ_i`` in update order (default 0, exact mode).
+    ``advantages``: per-step estimates ``Â_{i−1}`` of ``A^{π̂^{i−1}}``, each (S, K), in update
+    order (default: the exact advantages). The surrogates then use
+    ``f̂_i(s) = E_{a∼π̂^i} Â_{i−1}(s,a)``; ``‖f_i‖∞`` of the ladder stays that of the exact
+    ``f_i`` (the occupancy-shift lemma bounds the exact one) and ``A_max`` that of the exact
+    advantages. ``zeta``: per-step bounds ``ζ_i`` in update order; default 0 in exact mode
+    and, with ``advantages``, the smallest valid one, ``ζ_i = max_s |f̂_i(s) − f_i(s)|``.
     ``evaluations``: the n+1 evaluations of :func:`intermediate_policies` if already known.
+    See docs/theory.md §4.
     """
     order = check_order(order, mdp.n_agents)
     n, g = len(order), mdp.gamma
-    zeta = np.zeros(n) if zeta is None else np.asarray(zeta, dtype=np.float64)
-    if zeta.shape != (n,):
-        raise InputError(f"zeta must have one entry per step ({n}), got shape {zeta.shape}")
     if evaluations is None:
         evaluations = [evaluate(mdp, p) for p in intermediate_policies(current, target, order)]
+    if advantages is not None and len(advantages) != n:
+        raise InputError(f"advantages must have one (S, K) array per step ({n}), got {len(advantages)}")
+    f_exact = [expected_advantage(evaluations[i].pi, evaluations[i - 1].A) for i in range(1, n + 1)]
+    f_hat = (f_exact if advantages is None else
+             [expected_advantage(evaluations[i].pi, np.asarray(advantages[i - 1], dtype=np.float64))
+              for i in range(1, n + 1)])
+    if zeta is None:
+        zeta = np.array([float(np.abs(fh - f).max()) for fh, f in zip(f_hat, f_exact, strict=True)])
+    zeta = np.asarray(zeta, dtype=np.float64)
+    if zeta.shape != (n,):
+        raise InputError(f"zeta must have one entry per step ({n}), got shape {zeta.shape}")
     ev0 = evaluations[0]
     steps = []
     for i, j in enumerate(order, start=1):
         prev, nxt = evaluations[i - 1], evaluations[i]
         kl = factor_kl(mdp, current.factors[j], target.factors[j], j)
         act = mdp.active[:, j]
-        f = expected_advantage(nxt.pi, prev.A)
+        f = f_hat[i - 1]
         delta = _expect(prev.d, kl)
         delta_max = float(kl[act].max()) if act.any() else 0.0
         L_seq = float(prev.d @ f) / (1 - g)
@@ -162,7 +177,7 @@ def stage_certificate(mdp: FactorizedMDP, current: TeamPolicy, target: TeamPolic
             step=i, agent=j, L_seq=L_seq, L_stale=float(ev0.d @ f) / (1 - g),
             delta=delta, delta_max=delta_max,
             tv=float(prev.d @ factor_tv(mdp, current.factors[j], target.factors[j], j)),
-            A_max=prev.A_max, f_inf=float(np.abs(f).max()), zeta=float(zeta[i - 1]),
+            A_max=prev.A_max, f_inf=float(np.abs(f_exact[i - 1]).max()), zeta=float(zeta[i - 1]),
             true_gain=nxt.J - prev.J,
             bound=L_seq - c_i * math.sqrt(delta) - zeta[i - 1] / (1 - g),
             bound_max=L_seq - c_i * math.sqrt(delta_max) - zeta[i - 1] / (1 - g),

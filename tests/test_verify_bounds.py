@@ -12,11 +12,10 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from sat_theory.certificates import penalty_constant, stage_certificate
+from sat_theory.certificates import penalty_constant, stage_certificate, stage_lower_bound
 from sat_theory.envs import named_mdp
 from sat_theory.policy import factor_kl
 from sat_theory.verify import CHECKS, load_checks
-from sat_theory.verify.bounds import load_naive_reuse, stage_lower_bound, verify_naive_reuse
 from sat_theory.verify.cases import (
     cases,
     max_factor_kl,
@@ -24,6 +23,7 @@ from sat_theory.verify.cases import (
     random_policy,
     small_step_target,
 )
+from sat_theory.verify.naive_reuse import load_naive_reuse, verify_naive_reuse
 
 BOUND_CHECKS = [
     "performance_difference", "occupancy_shift_max", "occupancy_shift_expected",

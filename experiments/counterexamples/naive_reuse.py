@@ -2,9 +2,9 @@
 
 Naive sequential updates that each improve their stale-occupancy surrogate (``L_i^stale > 0``
 for every step) lower ``J``, while intermediate-occupancy updates with the same per-step
-max-KL radii do not. The search (:func:`sat_theory.verify.bounds.find_naive_reuse`) is
+max-KL radii do not. The search (:func:`sat_theory.verify.naive_reuse.find_naive_reuse`) is
 seeded; the result is written to ``sat_theory/data/naive_reuse.npz`` (loadable as
-``named_mdp("naive_reuse")`` and by :func:`sat_theory.verify.bounds.load_naive_reuse`) and its
+``named_mdp("naive_reuse")`` and by :func:`sat_theory.verify.naive_reuse.load_naive_reuse`) and its
 exact facts to ``experiments/counterexamples/naive_reuse.json``.
 
 Run: ``python experiments/counterexamples/naive_reuse.py [--seed 0] [--tries 2000]``.
@@ -17,7 +17,7 @@ import json
 import os
 
 from sat_theory.commands._io import dumps
-from sat_theory.verify.bounds import find_naive_reuse, naive_reuse_path, save_naive_reuse
+from sat_theory.verify.naive_reuse import find_naive_reuse, naive_reuse_path, save_naive_reuse
 
 
 def main(argv=None) -> int:

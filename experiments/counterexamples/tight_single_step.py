@@ -3,7 +3,7 @@
 For one agent, ``J(π') − J(π) ≥ L − c√δ`` (TeamTR Thm 3.4, expected KL; SAT Thm 4.2, max KL).
 The share of the penalty a case actually needs, ``(L − ΔJ)/(c√δ)``, is maximized over
 2-state MDPs (transitions, rewards, start distribution and both policies free) by
-:func:`sat_theory.verify.bounds.optimize_tight_case`. A share above 1/2 is a counterexample to
+:func:`sat_theory.verify.stage_bounds.optimize_tight_case`. A share above 1/2 is a counterexample to
 the bound with HALF the constant: the paper's ``c`` is within a factor 2 of sharp at small γ
 (while at γ ≥ 0.8 the max-KL form provably survives halving; see single_step_bound_max_kl).
 
@@ -19,7 +19,8 @@ import argparse
 import json
 import os
 
-from sat_theory.verify.bounds import optimize_tight_case, penalty_share, save_case, tight_case_path
+from sat_theory.verify.saved import save_case
+from sat_theory.verify.stage_bounds import optimize_tight_case, penalty_share, tight_case_path
 
 
 def main(argv=None) -> int:

@@ -6,7 +6,7 @@ the same radius ... then the lower bound in Theorem 3.6 does not decrease." The 
 intermediate policies that every later ``L_i^seq``, ``δ_i`` and ``A_max`` are computed under.
 This script searches seeded random stages for the largest drop of the whole bound after an
 upgrade of the first agent that raises ``L_1^seq`` at exactly the same ``δ_1``
-(:func:`sat_theory.verify.bounds.earlier_upgrade`), verifies it exactly and saves it to
+(:func:`sat_theory.verify.plug_and_play.earlier_upgrade`), verifies it exactly and saves it to
 ``experiments/counterexamples/tightening_earlier_agent.npz`` (MDP arrays, ``cur_j``,
 ``tar_j``, ``upgraded_j``, ``order``) with its facts in ``tightening_earlier_agent.json``.
 
@@ -21,8 +21,9 @@ import os
 
 import numpy as np
 
-from sat_theory.verify.bounds import earlier_upgrade, save_case
 from sat_theory.verify.cases import cases
+from sat_theory.verify.plug_and_play import earlier_upgrade
+from sat_theory.verify.saved import save_case
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

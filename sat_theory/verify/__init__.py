@@ -20,7 +20,12 @@ __all__ = ["CheckResult", "Check", "check", "CHECKS", "run_checks", "load_checks
 
 #: modules holding registered checks (imported by :func:`load_checks`)
 CHECK_MODULES = (
-    "sat_theory.verify.bounds",
+    "sat_theory.verify.identities",
+    "sat_theory.verify.occupancy",
+    "sat_theory.verify.stage_bounds",
+    "sat_theory.verify.definitions",
+    "sat_theory.verify.naive_reuse",
+    "sat_theory.verify.plug_and_play",
     "sat_theory.verify.estimators",
     "sat_theory.verify.optimization",
 )
