@@ -104,6 +104,20 @@ class Task:
             out.append(p)
         return out
 
+    def capacity(self) -> int | None:
+        """Number of distinct problems the task can generate, where it is known (``None``:
+        unknown or practically unbounded)."""
+        return None
+
+    def check_sizes(self, n_train: int, n_eval: int) -> None:
+        """Refuse, before anything is loaded, a train pool plus held-out set larger than the
+        task can supply (the two are disjoint)."""
+        cap = self.capacity()
+        if cap is not None and n_train + n_eval > cap:
+            raise InputError(f"task {self.name!r} has {cap} distinct problems, fewer than "
+                             f"--n-train {n_train} + --n-eval {n_eval} = {n_train + n_eval} "
+                             f"(the two sets are disjoint); lower them or change the task options")
+
     def score(self, problem: Problem, final_message: str) -> float:  # pragma: no cover
         raise NotImplementedError
 
@@ -112,18 +126,32 @@ class Task:
 
 
 class ArithmeticTask(Task):
-    """``a op b`` with ``digits``-digit operands (op from ``ops``)."""
+    """``a op b`` with ``digits``-digit operands (op from ``ops``), or operands drawn
+    uniformly from ``[lo, hi]`` when both are given (e.g. ``lo=1, hi=20``: 1200 problems with
+    ``+-*``, where one-digit operands give only 243)."""
 
     name = "arithmetic"
 
-    def __init__(self, digits: int = 2, ops: str = "+-*"):
+    def __init__(self, digits: int = 2, ops: str = "+-*", lo: int | None = None,
+                 hi: int | None = None):
         if digits < 1:
             raise InputError(f"arithmetic digits must be >= 1, got {digits}")
-        self.digits, self.ops = digits, ops
+        if not ops or set(ops) - set("+-*"):
+            raise InputError(f"arithmetic ops must be a non-empty subset of '+-*', got {ops!r}")
+        if (lo is None) != (hi is None):
+            raise InputError("arithmetic needs both lo and hi, or neither")
+        if lo is None:
+            lo, hi = 10 ** (digits - 1), 10 ** digits - 1
+        if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi):
+            raise InputError(f"arithmetic needs integers 0 <= lo <= hi, got lo={lo}, hi={hi}")
+        self.digits, self.ops, self.lo, self.hi = digits, ops, lo, hi
+
+    def capacity(self) -> int:
+        """Number of distinct problems: ``(hi − lo + 1)² · |ops|``."""
+        return (self.hi - self.lo + 1) ** 2 * len(set(self.ops))
 
     def _generate(self, rng):
-        lo, hi = 10 ** (self.digits - 1), 10 ** self.digits - 1
-        a, b, op = rng.randint(lo, hi), rng.randint(lo, hi), rng.choice(self.ops)
+        a, b, op = rng.randint(self.lo, self.hi), rng.randint(self.lo, self.hi), rng.choice(self.ops)
         val = {"+": a + b, "-": a - b, "*": a * b}[op]
         return Problem(f"Compute {a} {op} {b}. {ANSWER_HINT}", val)
 

@@ -151,6 +151,7 @@ def task_setup(cfg):
                         reasoning_tags=cfg.reasoning_tags)
     if task.multi_turn and not cfg.turns:
         protocol.turns = 2 * cfg.agents  # interactive tasks need several rounds
+    task.check_sizes(cfg.n_train, cfg.n_eval)  # before any model is loaded
     train_pool = task.problems("train", cfg.n_train, cfg.seed)
     eval_set = task.problems("eval", cfg.n_eval, cfg.seed,
                              exclude={p.prompt for p in train_pool})
@@ -246,6 +247,19 @@ class EpisodeLoop:
             self._eval_cache[key] = float(np.mean([s for *_, s in eps]))
             self.last_eval = [(h, s) for _, h, s in eps]
         return self._eval_cache[key]
+
+    def eval_records(self) -> list[dict]:
+        """Per-problem results of the latest held-out evaluation (what ``eval_{k}.jsonl``
+        holds, so anyone can recompute the accuracy): ``id`` (index in the held-out set),
+        ``prompt``, ``answer``, ``final`` (the last agent's message, which is scored),
+        ``score`` and ``correct`` (``score == 1``). Empty before the first evaluation."""
+        out = []
+        for i, (p, (hist, score)) in enumerate(zip(self.eval_set, getattr(self, "last_eval", []),
+                                                    strict=False)):
+            final = next((txt for who, txt in reversed(hist) if who.startswith("agent")), "")
+            out.append(dict(id=i, prompt=p.prompt, answer=p.answer, final=final,
+                            score=float(score), correct=bool(score == 1.0)))
+        return out
 
 
 class LLMTeam(EpisodeLoop):
