@@ -11,7 +11,7 @@ two-digit problems the 135M model answers almost no *sampled* (τ = 0.7) episode
 group-normalized advantages are zero and nothing is learned (measured: 0 of 80 sampled
 episodes correct over 5 batches of 16, while greedy decoding got 6 of 32 held-out problems).
 
-Writes ``figures/llm_arithmetic/``: ``run/`` (config.json, metrics.jsonl, checkpoint.pt is
+Writes ``figures/llm_arithmetic/``: ``run/`` (config.json, metrics.jsonl, checkpoint.safetensors is
 removed), ``summary.json`` and ``training_curve.png/.pdf``.
 
     python experiments/llm_arithmetic.py [--stages 3] [--out figures/llm_arithmetic]
@@ -90,13 +90,12 @@ def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded
 
     from sat_llm.team import LLMConfig, LLMTeam
-    from sat_llm.train import Runner, write_run_config
     from sat_theory.algorithm import TrainConfig
+    from sat_theory.metrics import RunWriter
+    from sat_theory.runner import CHECKPOINT, RunFolder, Runner
 
     out = Path(cfg.out)
     run_dir = out / "run"
-    if (run_dir / "checkpoint.pt").exists():
-        (run_dir / "checkpoint.pt").unlink()
     t0 = time.perf_counter()
     llm = LLMConfig(model=cfg.model, task="arithmetic", agents=cfg.agents,
                     task_options={"digits": cfg.digits, "ops": cfg.ops},
@@ -107,10 +106,13 @@ def main(argv=None) -> int:
     alg = TrainConfig(method="sat", stages=cfg.stages, delta=cfg.delta, n_groups=cfg.prompts,
                       group_size=cfg.group_size, seed=cfg.seed)
     team = LLMTeam(llm)
-    runner = Runner(team, alg, run_dir)
-    write_run_config(runner, alg, llm, experiment=asdict(cfg))
-    summary = runner.run()
-    (run_dir / "checkpoint.pt").unlink(missing_ok=True)  # 2 MB of adapters; not needed in git
+    with RunFolder(run_dir) as folder:
+        folder.claim(overwrite=True)  # this script's own output folder: rerun from scratch
+        with RunWriter(str(run_dir)) as writer:
+            summary = Runner(team, alg, writer=writer, folder=folder, progress=True).start(dict(
+                algorithm=alg.to_dict(), backend=dict(backend="llm", llm=llm.to_dict()),
+                experiment=asdict(cfg)))
+    (run_dir / CHECKPOINT).unlink(missing_ok=True)  # 2 MB of adapters; not needed in git
     summary.update(untrained_accuracy=summary.pop("J_start"), trained_accuracy=summary.pop("J_end"),
                    n_eval=cfg.n_eval, seconds=time.perf_counter() - t0,
                    eval_examples=[dict(transcript=h, score=s) for h, s in team.last_eval[:5]])

@@ -1,62 +1,37 @@
-"""Checkpoints after every agent update, and resuming a killed run where it stopped.
+"""Safe LLM checkpoints: the LLM types in :mod:`sat_theory.checkpoint` state files.
 
-After each agent step (``run_stage``'s ``on_step`` hook) :func:`save_checkpoint` writes
-``RUN/checkpoint.pt`` atomically (temporary file + ``os.replace``): every agent's adapter
-and AdamW state, the torch and numpy RNG states, the team's counters, the algorithm's
-:class:`~sat_theory.algorithm.RunState` (β, δ, order RNG), the position (stage, completed
-steps, order so far), the stage-start snapshots and the batch in use (needed by stale
-occupancy), and the number of metrics records written so far.
-
-Resuming truncates ``metrics.jsonl`` to the records the checkpoint counts (a record written
-after the last checkpoint belongs to a step that will be redone), restores everything, and
-finishes the interrupted stage from its next step with ``run_stage(..., resume=position)``,
-so no completed step is lost or repeated.
+Importing this module registers the LLM backend's snapshot and context types
+(:class:`~sat_llm.team.AgentSnapshot`, the token-id context of a turn) as state types, so run
+checkpoints (:mod:`sat_theory.runner`) can hold stage-start snapshots and stale batches of
+LLM teams. :func:`save_checkpoint` / :func:`load_checkpoint` store one payload per folder
+(each Ray agent actor keeps its own, :mod:`sat_llm.ray_team`): adapters and optimizer states
+as safetensors, everything else JSON — no pickle, so a crafted file cannot run code.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import torch
-
+from sat_theory.checkpoint import load_state, register_state_type, save_state
 from sat_theory.errors import InputError
 
-__all__ = ["CHECKPOINT", "save_checkpoint", "load_checkpoint", "truncate_metrics"]
+from .team import AgentSnapshot, _Ctx
 
-CHECKPOINT = "checkpoint.pt"
+__all__ = ["CHECKPOINT", "save_checkpoint", "load_checkpoint"]
 
+CHECKPOINT = "checkpoint.safetensors"
 
-def save_checkpoint(run_dir, payload: dict) -> None:
-    """Atomically write ``payload`` (torch-serialisable) to ``run_dir/checkpoint.pt``."""
-    path = Path(run_dir) / CHECKPOINT
-    tmp = path.with_name(f".{CHECKPOINT}.tmp{os.getpid()}")
-    torch.save(payload, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+register_state_type(AgentSnapshot)
+register_state_type(_Ctx)
 
 
-def load_checkpoint(run_dir) -> dict:
-    path = Path(run_dir) / CHECKPOINT
+def save_checkpoint(folder, payload: dict) -> None:
+    """Atomically write ``payload`` (a state tree) to ``folder/checkpoint.safetensors``."""
+    save_state(Path(folder) / CHECKPOINT, payload)
+
+
+def load_checkpoint(folder) -> dict:
+    path = Path(folder) / CHECKPOINT
     if not path.is_file():
-        raise InputError(f"no checkpoint to resume in {run_dir} (expected {CHECKPOINT})")
-    try:
-        return torch.load(path, weights_only=False)
-    except Exception as e:  # a torn or foreign file
-        raise InputError(f"cannot read checkpoint {path}: {type(e).__name__}") from None
-
-
-def truncate_metrics(run_dir, n_records: int) -> None:
-    """Keep the first ``n_records`` complete lines of ``metrics.jsonl``."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        if n_records:
-            raise InputError(f"{path} is missing but the checkpoint counts {n_records} records")
-        return
-    lines = [ln for ln in path.read_text().split("\n") if ln.strip()]
-    if len(lines) < n_records:
-        raise InputError(f"{path} has {len(lines)} records, the checkpoint counts {n_records}")
-    tmp = path.with_name(".metrics.jsonl.tmp")
-    tmp.write_text("".join(ln + "\n" for ln in lines[:n_records]))
-    os.replace(tmp, path)
+        raise InputError(f"no checkpoint in {folder} (expected {CHECKPOINT})")
+    return load_state(path)

@@ -14,8 +14,24 @@ __all__ = ["add_arguments", "LLM_DEFAULTS"]
 LLM_DEFAULTS = dict(agents=2, groups=4, group_size=4, gamma=1.0)
 
 
+#: valid ranges of the numeric flags (checked while parsing; shown in --help)
+RANGES = {"prompts": ("int", 1, None, True, False), "max_new_tokens": ("int", 1, None, True, False),
+          "temperature": ("float", 0.0, None, False, False), "turns": ("int", 0, None, True, False),
+          "llm_lr": ("float", 0.0, None, False, False), "llm_epochs": ("int", 1, None, True, False),
+          "minibatch": ("int", 1, None, True, False), "lora_r": ("int", 1, None, True, False),
+          "n_train": ("int", 1, None, True, False), "n_eval": ("int", 1, None, True, False),
+          "threads": ("int", 0, None, True, False)}
+
+
 def add_arguments(p) -> None:
+    from sat_theory.cli import arg_type, with_range
+
     g = p.add_argument_group("llm backend (--backend llm)")
+
+    def num(flag, help_, **kw):
+        spec = RANGES[flag[2:].replace("-", "_")]
+        g.add_argument(flag, type=arg_type(spec), help=with_range(help_, spec), **kw)
+
     g.add_argument("--model", default="tiny-random",
                    help="base model: smollm2-135m | tiny-random | a HF model directory | a .gguf file")
     g.add_argument("--agent-models", default=None,
@@ -26,25 +42,20 @@ def add_arguments(p) -> None:
     g.add_argument("--jsonl", default=None, help="task jsonl: file of {\"prompt\", \"answer\"} lines")
     g.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
                    help="task option, e.g. digits=3 (repeatable)")
-    g.add_argument("--prompts", type=int, default=None,
-                   help="prompts (groups) per rollout, B (default 4; same as --groups)")
-    g.add_argument("--max-new-tokens", type=int, default=32, help="tokens per message at most")
-    g.add_argument("--temperature", type=float, default=1.0,
-                   help="sampling temperature τ; the policy is softmax(logits/τ)")
+    num("--prompts", "prompts (groups) per rollout, B (default 4; same as --groups)", default=None)
+    num("--max-new-tokens", "tokens per message at most", default=32)
+    num("--temperature", "sampling temperature τ; the policy is softmax(logits/τ)", default=1.0)
     g.add_argument("--router", default="round-robin", help="turn router: round-robin | random")
-    g.add_argument("--turns", type=int, default=0, help="turns per episode (0: one per agent)")
-    g.add_argument("--llm-lr", type=float, default=2e-4, help="AdamW learning rate of the adapters")
-    g.add_argument("--llm-epochs", type=int, default=1, help="passes over the batch per update")
-    g.add_argument("--minibatch", type=int, default=16, help="turns per optimizer step")
+    num("--turns", "turns per episode (0: one per agent)", default=0)
+    num("--llm-lr", "AdamW learning rate of the adapters", default=2e-4)
+    num("--llm-epochs", "passes over the batch per update", default=1)
+    num("--minibatch", "turns per optimizer step", default=16)
     g.add_argument("--ratio", choices=("sequence", "token"), default="sequence",
                    help="surrogate ratio: sequence (w = exp(Σ_u Δ_u), TeamTR eq. 17; default) | token "
                         "(per-token exp(Δ_u), clipped per token: TRL's dr_grpo loss × max-new-tokens)")
-    g.add_argument("--lora-r", type=int, default=8, help="LoRA rank")
-    g.add_argument("--n-train", type=int, default=512, help="training problems in the pool")
-    g.add_argument("--n-eval", type=int, default=32, help="held-out problems (team accuracy)")
+    num("--lora-r", "LoRA rank", default=8)
+    num("--n-train", "training problems in the pool", default=512)
+    num("--n-eval", "held-out problems (team accuracy)", default=32)
     g.add_argument("--engine", default="hf",
                    help="rollout engine: hf (transformers) | vllm (GPU multi-LoRA; NOT exercised yet)")
-    g.add_argument("--threads", type=int, default=0,
-                   help="torch CPU threads (0: torch's default; 1 is fastest on a busy machine)")
-    g.add_argument("--resume", default=None, metavar="DIR",
-                   help="continue the killed run in DIR from its last checkpoint")
+    num("--threads", "torch CPU threads (0: torch's default; 1 is fastest on a busy machine)", default=0)

@@ -299,6 +299,34 @@ class EpisodeLoop:
             self.last_eval = [(h, s) for _, h, s in eps]
         return self._eval_cache[key]
 
+    # ------------------------------------------------------------ runner hooks
+    #: file format of :meth:`save` (the runner names saved policies ``stage{k}.<format>``)
+    policy_format = "safetensors"
+
+    def step_metrics(self, agent: int, batch: Batch, update: dict, kl: dict) -> dict:
+        """LLM fields of a step record, from the step's own update and KL results (so a
+        resumed run logs the same): ``kl_sampled``, ``kl_per_token``, ``n_tokens``,
+        ``loss``, ``grad_norm``, ``opt_steps``, ``lr`` and the batch's generated ``tokens``."""
+        return dict(kl_sampled=kl.get("kl_sampled"), kl_per_token=kl.get("kl_per_token"),
+                    n_tokens=kl.get("n_tokens"), loss=update.get("loss"),
+                    grad_norm=update.get("grad_norm"), opt_steps=update.get("opt_steps"),
+                    lr=update.get("lr"), tokens=batch.extra.get("tokens"))
+
+    def stage_metrics(self, record: dict) -> dict:
+        """``eval_accuracy``: the held-out accuracy after the stage (= ``J_after``)."""
+        return dict(eval_accuracy=record["J_after"])
+
+    def save(self, path: str) -> None:
+        """Every agent's adapter weights, ``agent{j}.{name}`` tensors, in one safetensors file."""
+        from safetensors.torch import save_file
+
+        from sat_theory.checkpoint import write_atomic
+
+        weights = self.state_dict()["weights"]
+        flat = {f"agent{j}.{k}": t.detach().cpu().contiguous().clone()
+                for j, w in enumerate(weights) for k, t in w.items()}
+        write_atomic(path, lambda tmp: save_file(flat, str(tmp)))
+
     def eval_records(self) -> list[dict]:
         """Per-problem results of the latest held-out evaluation (what ``eval_{k}.jsonl``
         holds, so anyone can recompute the accuracy): ``id`` (index in the held-out set),

@@ -57,7 +57,6 @@ order per stage as HARL's default ``fixed_order: False``).
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -65,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from .certificates import penalty_constant, stage_lower_bound
-from .errors import InputError
+from .errors import InputError, check_range
 from .estimators import empirical_stage_bound, group_advantages, sat_finite_sample_term
 from .team import Batch, Team
 
@@ -151,22 +150,20 @@ class TrainConfig:
         _choice("swap_kind", self.swap_kind, ("stronger", "random"))
         _choice("swap_strategy", self.swap_strategy, ("direct", "stage0", "retrain"))
         _choice("stage0_form", self.stage0_form, ("distill", "project"))
-        if not (isinstance(self.delta, int | float) and self.delta > 0 and math.isfinite(self.delta)):
-            raise InputError(f"delta must be a positive number, got {self.delta}")
+        for name, spec in RANGES.items():
+            check_range(name, getattr(self, name), spec)
         if self.delta_per_agent is not None:
+            self.delta_per_agent = tuple(self.delta_per_agent)
+            for d in self.delta_per_agent:
+                check_range("delta_per_agent", d, RANGES["delta"])
             self.delta_per_agent = tuple(float(d) for d in self.delta_per_agent)
-            if any(not (d > 0 and math.isfinite(d)) for d in self.delta_per_agent):
-                raise InputError(f"every per-agent delta must be > 0, got {self.delta_per_agent}")
-        for k in ("stages", "n_groups", "group_size", "resample_k"):
-            v = getattr(self, k)
-            if not isinstance(v, int | np.integer) or v < (0 if k == "stages" else 1):
-                raise InputError(f"{k} must be an integer >= {0 if k == 'stages' else 1}, got {v!r}")
-        if self.beta_init <= 0 or self.beta_growth <= 1 or not (0 < self.step_shrink <= 1):
-            raise InputError("need beta_init > 0, beta_growth > 1 and 0 < step_shrink <= 1")
-        if self.A_clip is not None and self.A_clip <= 0:
-            raise InputError(f"A_clip must be > 0 (or None for no clipping), got {self.A_clip}")
-        if not (0 < self.delta_conf < 1):
-            raise InputError(f"delta_conf must lie in (0, 1), got {self.delta_conf}")
+        if self.beta_min > self.beta_max:
+            raise InputError(f"beta_min {self.beta_min} exceeds beta_max {self.beta_max}")
+        if self.delta_min > self.delta_max:
+            raise InputError(f"delta_min {self.delta_min} exceeds delta_max {self.delta_max}")
+        if self.swap_stage is not None and self.swap_stage >= self.stages:
+            raise InputError(f"swap_stage {self.swap_stage} is not a stage of this run "
+                             f"(stages 0..{self.stages - 1}); the swap would never happen")
         if self.fixed_order is not None:
             self.fixed_order = tuple(int(x) for x in self.fixed_order)
 
@@ -188,6 +185,35 @@ class TrainConfig:
                                  f"agent {agent} has none")
             return self.delta_per_agent[agent]
         return float(self.delta)
+
+
+#: valid values of the numeric fields: (kind, low, high, low included, high included);
+#: None fields (A_clip, swap_stage, delta_align) may also be None. The CLI shows these.
+RANGES: dict[str, tuple] = {
+    "stages": ("int", 0, None, True, False),
+    "delta": ("float", 0.0, None, False, False),
+    "resample_k": ("int", 1, None, True, False),
+    "n_groups": ("int", 1, None, True, False),
+    "group_size": ("int", 1, None, True, False),
+    "A_clip": ("float", 0.0, None, False, False),
+    "eps_norm": ("float", 0.0, None, False, False),
+    "eps_w": ("float", 0.0, 1.0, False, True),
+    "beta_init": ("float", 0.0, None, False, False),
+    "beta_min": ("float", 0.0, None, False, False),
+    "beta_max": ("float", 0.0, None, False, False),
+    "beta_growth": ("float", 1.0, None, False, False),
+    "step_shrink": ("float", 0.0, 1.0, False, True),
+    "max_backtracks": ("int", 0, None, True, False),
+    "delta_up": ("float", 1.0, None, True, False),
+    "delta_down": ("float", 0.0, 1.0, False, True),
+    "delta_min": ("float", 0.0, None, False, False),
+    "delta_max": ("float", 0.0, None, False, False),
+    "delta_conf": ("float", 0.0, 1.0, False, False),
+    "seed": ("int", 0, None, True, False),
+    "swap_stage": ("int", 0, None, True, False),
+    "swap_agent": ("int", 0, None, True, False),
+    "delta_align": ("float", 0.0, None, False, False),
+}
 
 
 def _choice(name, value, allowed):
@@ -307,6 +333,9 @@ class RunState:
         if cfg.fixed_order is not None and sorted(cfg.fixed_order) != list(range(n_agents)):
             raise InputError(f"fixed_order {list(cfg.fixed_order)} is not a permutation of "
                              f"0..{n_agents - 1}")
+        if not cfg.swap_agent < n_agents:
+            raise InputError(f"swap_agent {cfg.swap_agent} is not an agent index in "
+                             f"[0, {n_agents - 1}]")
         if cfg.delta_per_agent is not None and len(cfg.delta_per_agent) != n_agents:
             raise InputError(f"delta_per_agent has {len(cfg.delta_per_agent)} entries for "
                              f"{n_agents} agents")
@@ -490,6 +519,9 @@ class _Stage:
         )
         for k in ("L_seq", "L_stale", "delta", "delta_max", "tv", "A_max", "f_inf", "true_gain"):
             rec[k] = None
+        metrics = getattr(team, "step_metrics", None)  # backend fields (e.g. LLM tokens, loss)
+        if metrics is not None:
+            rec.update(metrics(j, batch, upd, klr))
         rec["_ref"] = ref  # popped in commit(): the pre-step snapshot for the exact terms
         return _StepResult(j, rec, team.snapshot(j), beta, logp)
 
@@ -531,21 +563,20 @@ class _Stage:
 
 def run_stage(team: Team, cfg: TrainConfig, state: RunState, *,
               log: Callable[[dict], None] | None = None,
-              on_step: Callable[[dict], None] | None = None,
-              on_begin: Callable[[dict], None] | None = None,
+              on_step: Callable[[dict, dict], None] | None = None,
               resume: dict | None = None) -> dict:
     """One stage: every agent updated once (module docstring). Returns the stage record.
 
     ``log(record)`` receives every step record and then the stage record (the caller writes
-    them, e.g. :meth:`sat_theory.metrics.RunWriter.log`). ``on_step(record)`` is called after
-    each agent step (after ``log``), e.g. for checkpoints. ``on_begin(info)`` is called once
-    the stage is set up, with ``info = {"order", "start", "J_before"}`` (the planned order —
-    empty for ``greedy`` —, the stage-start snapshots and the score before the stage): what a
-    checkpoint needs to resume the stage. ``resume`` continues a stage that stopped after
-    ``resume["step"]`` completed steps; it holds that ``step``, the ``order`` so far (plus the
-    planned rest for data-independent orders), the completed ``steps``' records, the
-    stage-start snapshots ``start``, the ``batch`` in use (``None`` if the next step draws a
-    fresh one) and ``J_before``. ``state.stage`` numbers the stage and is incremented at the end.
+    them). ``on_step(record, position)`` is called after each agent step (after ``log``)
+    with the stage's resume point: ``position`` holds the completed ``step`` count, the
+    ``order`` so far (plus the planned rest for data-independent orders), the completed
+    ``steps``' records, the stage-start snapshots ``start``, the ``batch`` in use (``None``
+    when the next step draws a fresh one), the importance-weight log-ratios ``updated`` of
+    the agents updated since that batch was drawn, ``J_before`` and the adaptive-δ reference
+    score ``J_last``. ``resume=position`` continues the stage from there; with the team
+    restored to the same state the rest of the stage is exactly the uninterrupted one's.
+    ``state.stage`` numbers the stage and is incremented at the end.
     """
     log = log or (lambda r: None)
     n = team.n_agents
@@ -555,23 +586,17 @@ def run_stage(team: Team, cfg: TrainConfig, state: RunState, *,
         order: list[int] = ([] if cfg.order == "greedy"
                             else choose_order(cfg.order, n, state.rng, cfg.fixed_order))
         first, steps = 0, []
-        if on_begin is not None:
-            on_begin(dict(order=list(order), start=st.start, J_before=J_before))
+        st.J_last = J_before
     else:
         J_before = float(resume["J_before"])
         first, order, steps = int(resume["step"]), list(resume["order"]), list(resume["steps"])
-        st.start = resume["start"]
-        if resume.get("batch") is not None:
+        st.start = list(resume["start"])
+        st.J_last = float(resume["J_last"])
+        if resume["batch"] is not None:
             st.batch = resume["batch"]
-            st.adv, st.adv_stats = _advantage_stats(st.batch, cfg)
-        # importance weights need the log-ratios of the agents updated since the batch was
-        # drawn: recompute them from the restored parameters
-        if st.batch is not None and (cfg.occupancy == "stale+IS" or cfg.correction == "happo"):
-            for j in order[:first]:
-                ta = st.batch.arrays(j)
-                logp = np.asarray(team.kl(j, st.batch, team.snapshot(j))["logp"])
-                st.updated[j] = (ta.episode, ta.t, logp - ta.logp)
-    st.J_last = J_before
+            st.adv, st.adv_stats = ((None, {}) if st.batch.exact
+                                    else _advantage_stats(st.batch, cfg))
+            st.updated = dict(resume["updated"])
     done: list[int] = list(order[:first])
     for i in range(first, n):
         if st.needs_fresh(i):
@@ -586,7 +611,11 @@ def run_stage(team: Team, cfg: TrainConfig, state: RunState, *,
         steps.append(res.record)
         log(res.record)
         if on_step is not None:
-            on_step(res.record)
+            keep = cfg.occupancy != "intermediate" and i + 1 < n  # the next step reuses it
+            on_step(res.record, dict(step=i + 1, order=list(order), steps=list(steps),
+                                     start=st.start, batch=st.batch if keep else None,
+                                     updated=dict(st.updated) if keep else {},
+                                     J_before=J_before, J_last=st.J_last))
     rec = _stage_record(st, order[:n], steps, J_before)
     log(rec)
     state.stage += 1
@@ -665,6 +694,9 @@ def _stage_record(st: _Stage, order: list[int], steps: list[dict], J_before: flo
     rec["out_of_region_steps"] = int(sum(bool(s["out_of_region"]) for s in steps))
     rec["rollouts"] = st.state.rollouts
     rec["episodes"] = st.state.episodes
+    metrics = getattr(team, "stage_metrics", None)  # backend fields (e.g. LLM eval_accuracy)
+    if metrics is not None:
+        rec.update(metrics(rec))
     return rec
 
 
@@ -707,46 +739,20 @@ def swap_agent(team: Team, cfg: TrainConfig, state: RunState, *, initial: list |
 # ------------------------------------------------------------------ train
 def train(team: Team, cfg: TrainConfig, *, writer=None, save_policies: bool = False,
           progress: Callable[[dict], None] | None = None, extra_config: dict | None = None) -> dict:
-    """Run ``cfg.stages`` stages (plug-and-play swap before ``cfg.swap_stage`` if set).
+    """Run ``cfg.stages`` stages in memory with :class:`sat_theory.runner.Runner` (no
+    checkpoints; ``sat train`` adds a run folder and resume).
 
     ``writer``: a :class:`sat_theory.metrics.RunWriter` (config.json, metrics.jsonl,
     ``policies/stage{k}.npz`` via ``team.save`` when ``save_policies``: the policy at the
     start of stage k, after a plug-and-play swap; ``stage{k}_preswap.npz`` the one before
-    it, i.e. the end of stage k−1). ``progress(stage
-    record)`` after each stage. Returns a summary dict (J at start and end, counts).
+    it, i.e. the end of stage k−1). ``progress(stage record)`` after each stage. Returns a
+    summary dict (J at start and end, counts).
     """
-    state = RunState.initial(cfg, team.n_agents)
-    log = writer.log if writer is not None else (lambda r: None)
-    if writer is not None:
-        writer.write_config({"algorithm": cfg.to_dict(), **(extra_config or {})})
-    saver = getattr(team, "save", None)
-    if save_policies and (writer is None or saver is None):
-        raise InputError("--save-policies needs an output folder and a backend that can save")
-    t0 = time.perf_counter()
-    J0 = float(team.evaluate())
-    stages: list[dict] = []
-    for k in range(cfg.stages):
-        if cfg.swap_stage is not None and k == cfg.swap_stage:
-            if save_policies:  # the end of stage k−1, before the swap (its certificate's target)
-                saver(writer.policy_path(k).replace(".npz", "_preswap.npz"))
-            log(swap_agent(team, cfg, state))
-        if save_policies:
-            saver(writer.policy_path(k))
-        rec = run_stage(team, cfg, state, log=log)
-        stages.append(rec)
-        if progress is not None:
-            progress(rec)
-    if save_policies:
-        saver(writer.policy_path(cfg.stages))
-    J1 = float(team.evaluate())
-    lbs = [s["lower_bound"] for s in stages if s.get("lower_bound") is not None]
-    return dict(J_start=J0, J_end=J1, stages=len(stages), rollouts=state.rollouts,
-                episodes=state.episodes,
-                bound_violations=sum(1 for s in stages if s.get("holds") is False),
-                rejected_steps=sum(s["rejected_steps"] for s in stages),
-                out_of_region_steps=sum(s["out_of_region_steps"] for s in stages),
-                lower_bound_sum=float(np.sum(lbs)) if lbs else None,
-                seconds=time.perf_counter() - t0)
+    from .runner import Runner  # the runner is built on this module
+
+    runner = Runner(team, cfg, writer=writer, save_policies=save_policies, on_stage=progress)
+    config = {"algorithm": cfg.to_dict(), **(extra_config or {})}
+    return runner.start(config if writer is not None else None)
 
 
 def preset(method: str, **overrides) -> TrainConfig:

@@ -25,8 +25,49 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *a, **kw):
+        kw.setdefault("allow_abbrev", False)  # a flag is exactly what the user typed
+        super().__init__(*a, **kw)
+
     def error(self, message):  # one line, exit 2 (argparse prints usage too; keep it short)
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {message[:300]}\n")
+
+
+def arg_type(spec: tuple):
+    """An argparse ``type`` for a number in ``spec`` (:func:`sat_theory.errors.range_text`):
+    NaN, infinities, non-integers for integer flags and values out of range are refused
+    while the arguments are parsed, before any work."""
+    from .errors import check_range
+
+    def parse(text: str):
+        try:
+            value = int(text) if spec[0] == "int" else float(text)
+            return check_range("value", value, spec)
+        except (ValueError, InputError):
+            from .errors import range_text
+
+            raise argparse.ArgumentTypeError(f"must be {range_text(spec)}, got {text!r}") from None
+
+    parse.__name__ = spec[0]
+    return parse
+
+
+def with_range(help_: str, spec: tuple) -> str:
+    """``help_`` with the valid range appended (shown by ``--help``)."""
+    from .errors import range_text
+
+    return f"{help_} [{range_text(spec)}]"
+
+
+def given_flags(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The ``dest`` of every option that appears in ``argv`` (typed by the user)."""
+    out = set()
+    for a in argv:
+        flag = a.split("=", 1)[0]
+        action = parser._option_string_actions.get(flag)
+        if action is not None:
+            out.add(action.dest)
+    return out
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -34,8 +75,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                      "certificates on tabular team MDPs, training, figures.")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    parser.commands = {}
     for name, (module, help_) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
+        parser.commands[name] = p
         if only == name:  # `sat --help` lists commands without importing them
             importlib.import_module(module).add_arguments(p)
     return parser
@@ -46,17 +89,21 @@ def main(argv: list[str] | None = None) -> int:
     # import only the chosen subcommand's module
     chosen = next((a for a in argv if a in COMMANDS), None)
     parser = build_parser(only=chosen)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # a refused flag (2, one line already printed) or --help (0)
+        return e.code if isinstance(e.code, int) else 2
     if args.command is None:
         parser.print_help()
         return 2
+    args.given = given_flags(parser.commands[args.command], argv)
     try:
         return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
     except (InputError, FileNotFoundError, IsADirectoryError, PermissionError) as e:
         if args.debug:
             raise
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"sat {args.command}: error: {msg}", file=sys.stderr)
+        print(f"sat {args.command}: error: {_cap(msg)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"sat {args.command}: interrupted", file=sys.stderr)
@@ -64,9 +111,15 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug, not bad input: still one line unless --debug
         if args.debug:
             raise
-        print(f"sat {args.command}: internal error: {type(e).__name__}: {e} "
+        msg = str(e).splitlines()[0] if str(e) else ""
+        print(f"sat {args.command}: internal error: {type(e).__name__}: {_cap(msg)} "
               "(rerun with --debug for the traceback)", file=sys.stderr)
         return 1
+
+
+def _cap(msg: str, limit: int = 300) -> str:
+    """Error lines stay readable: at most ``limit`` characters."""
+    return msg if len(msg) <= limit else msg[:limit - 3] + "..."
 
 
 if __name__ == "__main__":

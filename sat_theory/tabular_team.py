@@ -193,9 +193,9 @@ class TabularTeam:
         self._rollout_id += 1
         self._ctx.clear()  # the algorithm never returns to an older batch after a fresh one
         if self.mode == "exact":
-            ev = self._eval_now()
+            self._eval_now()  # cached under the batch's versions (see _batch_eval)
             return Batch([], self._rollout_id, extra=dict(
-                policy=self.policy, ev=ev, versions=tuple(self._ver)), exact=True)
+                policy=self.policy, versions=tuple(self._ver)), exact=True)
         return self._sample(n_groups, group_size)
 
     def update(self, agent: int, batch: Batch, advantages, beta: float, reference, *,
@@ -234,7 +234,7 @@ class TabularTeam:
         key = (agent, batch.rollout_id)
         if correction == "none" and key in self._ctx:
             return self._ctx[key]
-        ev: Evaluation = batch.extra["ev"]
+        ev = self._batch_eval(batch)
         if correction == "trajectory":  # exact IS: the current team's occupancy/advantages
             ev_now = self._eval_now()
             d, A, pol = ev_now.d, ev_now.A, self.policy
@@ -247,6 +247,19 @@ class TabularTeam:
         out = (d, marginal_advantage(self.mdp, pol, A, agent))
         self._ctx[key] = out
         return out
+
+    def _batch_eval(self, batch: Batch) -> Evaluation:
+        """The exact evaluation of an exact batch's policy: cached under its versions, else
+        (evicted, or a batch restored from a checkpoint) recomputed from the stored policy —
+        the same numbers, since the batch's policy is ``TeamPolicy.from_logits`` of the
+        logits that were evaluated."""
+        versions = tuple(batch.extra["versions"])
+        ev = self._cache.get(versions)
+        if ev is None:
+            ev = self._cache[versions] = evaluate(self.mdp, batch.extra["policy"])
+            if len(self._cache) > 16:
+                self._cache.popitem(last=False)
+        return ev
 
     def _update_exact(self, agent, batch, beta, reference, step_scale, correction) -> dict:
         self._ctx.pop((agent, batch.rollout_id), None)
@@ -494,3 +507,25 @@ class TabularTeam:
     def save(self, path: str) -> None:
         """The current team policy in the core's ``.npz`` format (``pi_0 … pi_{n−1}``)."""
         self.policy.save(path)
+
+    # ------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict:
+        """Everything that changes during training (the runner checkpoints it): the logits,
+        their versions, the initial logits (``reset``), the sampling RNG and the rollout
+        counter. Caches are rebuilt on demand with the same numbers."""
+        return dict(logits=[z.copy() for z in self.logits], init=[z.copy() for z in self._init],
+                    versions=list(self._ver), next_version=self._next_version,
+                    rng=self.rng.bit_generator.state, rollout_id=self._rollout_id)
+
+    def load_state_dict(self, d: dict) -> None:
+        shapes = [z.shape for z in self.logits]
+        if [np.shape(z) for z in d["logits"]] != shapes:
+            raise InputError("checkpoint does not match this MDP (logit shapes differ)")
+        self.logits = [np.array(z, dtype=np.float64) for z in d["logits"]]
+        self._init = [np.array(z, dtype=np.float64) for z in d["init"]]
+        self._ver = [int(v) for v in d["versions"]]
+        self._next_version = int(d["next_version"])
+        self.rng.bit_generator.state = d["rng"]
+        self._rollout_id = int(d["rollout_id"])
+        self._cache.clear()
+        self._ctx.clear()

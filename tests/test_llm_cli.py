@@ -54,7 +54,7 @@ def test_tiny_run_writes_the_tabular_schema_plus_llm_fields(tmp_path, capsys):
     (["--task", "chess"], "unknown task"),
     (["--delta", "0"], "delta"),
     (["--delta", "-1"], "delta"),
-    (["--agents", "0"], "--agents must be >= 1"),
+    (["--agents", "0"], "--agents: must be an integer >= 1"),
     (["--router", "telepathy"], "unknown router"),
 ])
 def test_bad_input_one_line(tmp_path, capsys, extra, pattern):

@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
+from sat_llm.checkpoint import load_checkpoint  # noqa: E402
 from sat_llm.ray_team import (  # noqa: E402
     AgentWorker,
     RayOptions,
@@ -28,10 +29,11 @@ from sat_llm.ray_team import (  # noqa: E402
 )
 from sat_llm.tasks import Problem, Task  # noqa: E402
 from sat_llm.team import LLMConfig, LLMTeam  # noqa: E402
-from sat_llm.train import Runner  # noqa: E402
 from sat_theory.algorithm import TrainConfig  # noqa: E402
 from sat_theory.cli import build_parser, main  # noqa: E402
 from sat_theory.errors import InputError  # noqa: E402
+from sat_theory.metrics import RunWriter  # noqa: E402
+from sat_theory.runner import RunFolder, Runner  # noqa: E402
 from sat_theory.team import Batch, Episode  # noqa: E402
 
 torch.set_num_threads(1)  # the actors get one CPU each, hence one torch thread: same kernels
@@ -72,8 +74,8 @@ def _records(path):
 
 def _run(team, out, runner_cls=Runner, **alg):
     cfg = TrainConfig(**{**ALG, **alg})
-    runner = runner_cls(team, cfg, out, progress=False)
-    runner.run()
+    with RunFolder(out) as folder, RunWriter(str(out)) as writer:
+        runner_cls(team, cfg, writer=writer, folder=folder).start()
     return _records(out / "metrics.jsonl")
 
 
@@ -142,8 +144,8 @@ class KillingRunner(Runner):
 
     killed: list = []
 
-    def on_step(self, rec):
-        super().on_step(rec)
+    def on_step(self, rec, position):
+        super().on_step(rec, position)
         if rec["stage"] == 0 and rec["step"] == 1:
             self.killed.append((rec["agent"], self.team.info()[rec["agent"]]["pid"]))
             ray.kill(self.team.actors[rec["agent"]], no_restart=False)
@@ -160,7 +162,7 @@ def test_killed_actor_restarts_from_checkpoint(cluster, reference, tmp_path):
     assert info[j]["reconstructed"] and info[j]["loaded_checkpoint"]
     assert info[j]["pid"] != old_pid
     assert not info[1 - j]["reconstructed"]
-    assert (tmp_path / "agents" / f"agent{j}" / "checkpoint.pt").is_file()
+    assert (tmp_path / "agents" / f"agent{j}" / "checkpoint.safetensors").is_file()
     _assert_same(got, reference)  # the stage completed with nothing lost or repeated
 
 
@@ -179,7 +181,7 @@ def test_worker_snapshot_round_trip_without_ray(tmp_path):
     w.restore(snap)
     back = w.state()["weights"]
     assert all(torch.equal(back[k], snap.weights[k]) for k in back)
-    saved = torch.load(tmp_path / "agent1" / "checkpoint.pt", weights_only=False)
+    saved = load_checkpoint(tmp_path / "agent1")
     assert all(torch.equal(saved["weights"][k], snap.weights[k]) for k in back)
     w2 = AgentWorker(cfg.to_dict(), 1, str(tmp_path))
     assert not w2.info()["loaded_checkpoint"]

@@ -1,26 +1,31 @@
-"""``sat train``: train a team with the shared SAT algorithm.
+"""``sat train``: train a team with the shared SAT algorithm (:mod:`sat_theory.runner`).
 
 ``sat train --backend tabular (--mdp FILE | --env NAME) --method sat|naive|joint|no-tr|happo
 --agents N --stages K --delta D --seed S [--exact | --group-size G --groups B] [--order ...]
-[--save-policies] --out DIR``
+[--save-policies] --out DIR [--overwrite]`` and ``sat train --resume DIR [--stages K]``.
 
 ``--env``: a named MDP of :mod:`sat_theory.envs` (``bandit``, ``chain``, ``two_state``,
 ``coordination``, ``naive_reuse``) or a seeded random generator ``random-simultaneous``,
 ``random-masked``, ``random-turn`` (sizes from ``--states``/``--actions``/``--agents``, seed
-from ``--env-seed``, default ``--seed``). ``--backend llm`` hands over to ``sat_llm.train``
-(its own arguments come from ``sat_llm.cli_args``).
-Writes ``DIR/config.json``, ``DIR/metrics.jsonl`` (schema: :mod:`sat_theory.metrics`) and with
-``--save-policies`` ``DIR/policies/stage{k}.npz``; a progress bar on stderr and a one-line
-summary on stdout.
+from ``--env-seed``, default ``--seed``). ``--backend`` picks a backend from
+:data:`sat_theory.runner.BACKENDS` (``llm``: :mod:`sat_llm.train`, its flags from
+``sat_llm.cli_args``). Every number is checked while the flags are parsed (the valid range is
+in ``--help``), and every cross-flag rule before any work. The run folder (config.json,
+metrics.jsonl, checkpoint, ``policies/``) is described in :mod:`sat_theory.runner`; a
+progress bar goes to stderr and a one-line summary to stdout.
+
+``--resume DIR`` continues the run saved in DIR; it takes only ``--stages`` (more stages, or
+as many as saved) and ``--quiet``, since every other setting belongs to the saved run.
 """
 
 from __future__ import annotations
 
-import math
-import sys
+import hashlib
+import os
 from dataclasses import fields
 
-from ..algorithm import METHODS, OCCUPANCIES, ORDERS, TRUST_REGIONS, TrainConfig, train
+from ..algorithm import METHODS, OCCUPANCIES, ORDERS, RANGES, TRUST_REGIONS, TrainConfig
+from ..cli import arg_type, with_range
 from ..errors import InputError
 
 #: TrainConfig fields exposed one to one as ``--field-name`` (the others have flags above)
@@ -32,6 +37,17 @@ RANDOM_ENVS = {"random-simultaneous": "simultaneous", "random-masked": "masked",
                "random-turn": "turn"}
 
 
+#: tabular-world flags' ranges (the algorithm's are :data:`sat_theory.algorithm.RANGES`)
+TABULAR_RANGES = {
+    "states": ("int", 1, None, True, False), "actions": ("int", 1, None, True, False),
+    "agents": ("int", 1, None, True, False), "gamma": ("float", 0.0, 1.0, False, False),
+    "env_seed": ("int", 0, None, True, False), "lr": ("float", 0.0, None, False, False),
+    "epochs": ("int", 1, None, True, False), "horizon_tol": ("float", 0.0, 1.0, False, False),
+}
+#: the flags ``--resume`` accepts (everything else belongs to the saved run)
+RESUME_FLAGS = {"resume", "stages", "quiet", "backend"}
+
+
 def _llm_args(p) -> None:
     try:
         from sat_llm import cli_args  # no heavy imports by contract
@@ -40,8 +56,13 @@ def _llm_args(p) -> None:
     cli_args.add_arguments(p)
 
 
+def _num(p, flag: str, spec: tuple, help_: str, **kw):
+    p.add_argument(flag, type=arg_type(spec), help=with_range(help_, spec), **kw)
+
+
 def add_arguments(p):
     help_ = TrainConfig.help()
+    R, T = RANGES, TABULAR_RANGES
     p.add_argument("--backend", choices=("tabular", "llm"), default="tabular",
                    help="tabular (exact or sampled MDP world) or llm (sat_llm)")
     src = p.add_argument_group("tabular world")
@@ -49,11 +70,11 @@ def add_arguments(p):
     src.add_argument("--env", default=None,
                      help="named MDP (bandit, chain, two_state, coordination, naive_reuse) or "
                           "random-simultaneous | random-masked | random-turn")
-    src.add_argument("--states", type=int, default=8, help="random envs: number of states")
-    src.add_argument("--actions", type=int, default=2, help="random envs: actions per agent")
-    src.add_argument("--gamma", type=float, default=None,
-                     help="discount for --env (default: the env's own, 0.9 for random envs)")
-    src.add_argument("--env-seed", type=int, default=None, help="random envs: seed (default --seed)")
+    _num(src, "--states", T["states"], "random envs: number of states", default=8)
+    _num(src, "--actions", T["actions"], "random envs: actions per agent", default=2)
+    _num(src, "--gamma", T["gamma"], "discount for --env (default: the env's own, 0.9 for "
+         "random envs)", default=None)
+    _num(src, "--env-seed", T["env_seed"], "random envs: seed (default --seed)", default=None)
     src.add_argument("--init", default="uniform",
                      help="initial team policy: uniform | random | a policy .npz file")
     mode = src.add_mutually_exclusive_group()
@@ -63,49 +84,59 @@ def add_arguments(p):
                       help="sampled mode (implied by --group-size/--groups)")
     src.add_argument("--exact-step", choices=("proximal", "npg"), default="proximal",
                      help="exact mode: the trust-region step on the exact surrogate")
-    src.add_argument("--lr", type=float, default=0.5,
-                     help="sampled mode: Adam learning rate (0.5: the trust region δ = 0.01 binds)")
-    src.add_argument("--epochs", type=int, default=10, help="sampled mode: Adam steps per update")
-    src.add_argument("--horizon-tol", type=float, default=1e-3,
-                     help="sampled mode: truncate episodes at H with γ^H ≤ this")
+    _num(src, "--lr", T["lr"], "sampled mode: Adam learning rate (0.5: the trust region "
+         "δ = 0.01 binds)", default=0.5)
+    _num(src, "--epochs", T["epochs"], "sampled mode: Adam steps per update", default=10)
+    _num(src, "--horizon-tol", T["horizon_tol"], "sampled mode: truncate episodes at H with "
+         "γ^H ≤ this", default=1e-3)
     alg = p.add_argument_group("algorithm (TrainConfig)")
     alg.add_argument("--method", default="sat", help=help_["method"])
-    alg.add_argument("--agents", type=int, default=None,
-                     help="number of agents (random envs: required size; otherwise checked)")
-    alg.add_argument("--stages", type=int, default=10, help=help_["stages"])
-    alg.add_argument("--delta", type=float, default=0.01, help=help_["delta"])
+    _num(alg, "--agents", T["agents"], "number of agents (random envs: required size; "
+         "otherwise checked)", default=None)
+    _num(alg, "--stages", R["stages"], help_["stages"], default=10)
+    _num(alg, "--delta", R["delta"], help_["delta"], default=0.01)
     alg.add_argument("--delta-per-agent", default=None,
-                     help="comma-separated per-agent radii (overrides --delta)")
-    alg.add_argument("--seed", type=int, default=0, help="seed of rollouts and the algorithm")
-    alg.add_argument("--group-size", type=int, default=None, help=help_["group_size"])
-    alg.add_argument("--groups", type=int, default=None, help=help_["n_groups"])
+                     help="comma-separated per-agent radii (overrides --delta) [each > 0]")
+    _num(alg, "--seed", R["seed"], "seed of rollouts and the algorithm", default=0)
+    _num(alg, "--group-size", R["group_size"], help_["group_size"], default=None)
+    _num(alg, "--groups", R["n_groups"], help_["n_groups"], default=None)
     alg.add_argument("--order", default=None,
                      help=f"{' | '.join(ORDERS)}, or a permutation like 2,0,1 (fixed order)")
     alg.add_argument("--occupancy", default=None, help=f"{' | '.join(OCCUPANCIES)}")
-    alg.add_argument("--resample-k", type=int, default=2, help=help_["resample_k"])
+    _num(alg, "--resample-k", R["resample_k"], help_["resample_k"], default=2)
     alg.add_argument("--trust-region", default=None, help=f"{' | '.join(TRUST_REGIONS)}")
     alg.add_argument("--on-violation", default="reject", help=help_["on_violation"])
-    alg.add_argument("--beta", type=float, default=1.0, help=help_["beta_init"])
+    _num(alg, "--beta", R["beta_init"], help_["beta_init"], default=1.0)
     alg.add_argument("--no-std-norm", action="store_true", help="ablation: " + help_["normalize_std"])
     alg.add_argument("--no-adv-clip", action="store_true", help="ablation: no advantage clipping")
-    alg.add_argument("--adv-clip", type=float, default=5.0, help=help_["A_clip"])
+    _num(alg, "--adv-clip", R["A_clip"], help_["A_clip"], default=5.0)
     adv = p.add_argument_group("algorithm, advanced (TrainConfig fields one to one)")
     for f in fields(TrainConfig):
         if f.name in _ADVANCED:
-            kind = str if f.default is None else type(f.default)
-            adv.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default,
-                             help=f.metadata["help"] + f" (default {f.default})")
+            flag = "--" + f.name.replace("_", "-")
+            text = f.metadata["help"] + f" (default {f.default})"
+            if f.name in RANGES:
+                _num(adv, flag, RANGES[f.name], text, default=f.default)
+            else:
+                adv.add_argument(flag, default=f.default, help=text)
     pnp = p.add_argument_group("plug-and-play")
-    pnp.add_argument("--swap-stage", type=int, default=None, help=help_["swap_stage"])
-    pnp.add_argument("--swap-agent", type=int, default=0, help=help_["swap_agent"])
+    _num(pnp, "--swap-stage", R["swap_stage"], help_["swap_stage"] + " (< --stages)", default=None)
+    _num(pnp, "--swap-agent", R["swap_agent"], help_["swap_agent"] + " (< --agents)", default=0)
     pnp.add_argument("--swap-kind", default="stronger", help=help_["swap_kind"])
     pnp.add_argument("--swap-strategy", default="stage0", help=help_["swap_strategy"])
     pnp.add_argument("--stage0-form", default="distill", help=help_["stage0_form"])
-    pnp.add_argument("--delta-align", type=float, default=None, help=help_["delta_align"])
+    _num(pnp, "--delta-align", R["delta_align"], help_["delta_align"], default=None)
     out = p.add_argument_group("output")
     out.add_argument("--save-policies", action="store_true",
-                     help="write policies/stage{k}.npz (start of stage k; stage{K} final)")
-    out.add_argument("--out", default=None, help="run folder (config.json, metrics.jsonl)")
+                     help="write policies/stage{k}.npz (start of stage k; stage{K} final; LLM: "
+                          "the adapters as .safetensors)")
+    out.add_argument("--out", default=None, help="run folder (config.json, metrics.jsonl, "
+                     "checkpoint); an existing run there is refused without --overwrite")
+    out.add_argument("--overwrite", action="store_true",
+                     help="replace the run in --out (its files are removed first)")
+    out.add_argument("--resume", default=None, metavar="DIR",
+                     help="continue the run in DIR from its last checkpoint (either backend); "
+                          "only --stages and --quiet may be given with it")
     out.add_argument("--quiet", action="store_true", help="no progress bar")
     _llm_args(p)
     _scale_out_args(p)
@@ -133,36 +164,59 @@ def _scale_out_args(p) -> None:
                             "default: start a local one)")
 
 
-# ------------------------------------------------------------------ helpers
-def _positive(name: str, x, *, integer: bool = False, allow_zero: bool = False):
-    ok = x is not None and math.isfinite(x) and (x >= 0 if allow_zero else x > 0)
-    if not ok:
-        raise InputError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {x}")
-    return x
+# ------------------------------------------------------------------ the tabular world
+def _sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
-def build_mdp(args):
-    from ..envs import NAMED, named_mdp, random_mdp
-    from ..mdp import FactorizedMDP
-
+def mdp_spec(args) -> dict:
+    """What identifies the run's MDP (saved in config.json, so ``--resume`` rebuilds it)."""
     if (args.mdp is None) == (args.env is None):
         raise InputError("give exactly one of --mdp FILE or --env NAME")
     if args.mdp is not None:
-        mdp = FactorizedMDP.load(args.mdp)
-    elif args.env in RANDOM_ENVS:
-        if args.agents is None:
-            raise InputError(f"--env {args.env} needs --agents N")
-        _positive("--agents", args.agents)
-        _positive("--states", args.states)
-        _positive("--actions", args.actions)
-        mdp = random_mdp(args.states, args.agents, args.actions, layout=RANDOM_ENVS[args.env],
-                         gamma=0.9 if args.gamma is None else args.gamma,
-                         seed=args.seed if args.env_seed is None else args.env_seed)
-    elif args.env in NAMED:
-        mdp = named_mdp(args.env, args.gamma)
-    else:
-        raise InputError(f"unknown env {args.env!r}; choose one of "
-                         f"{', '.join(sorted(NAMED) + sorted(RANDOM_ENVS))}")
+        path = os.path.abspath(args.mdp)
+        if not os.path.isfile(path):
+            raise InputError(f"MDP file not found: {args.mdp}")
+        return dict(mdp=path, mdp_sha256=_sha256(path), env=None)
+    if args.env in RANDOM_ENVS and args.agents is None:
+        raise InputError(f"--env {args.env} needs --agents N")
+    return dict(mdp=None, env=args.env, states=args.states, actions=args.actions,
+                env_agents=args.agents, env_gamma=args.gamma,
+                env_seed=args.seed if args.env_seed is None else args.env_seed)
+
+
+def build_mdp_from_spec(spec: dict):
+    from ..envs import NAMED, named_mdp, random_mdp
+    from ..mdp import FactorizedMDP
+
+    if spec["mdp"] is not None:
+        if spec.get("mdp_sha256") and _sha256_or_none(spec["mdp"]) != spec["mdp_sha256"]:
+            raise InputError(f"the MDP file {spec['mdp']} is missing or changed since the run "
+                             "started (sha256 differs)")
+        return FactorizedMDP.load(spec["mdp"])
+    env = spec["env"]
+    if env in RANDOM_ENVS:
+        return random_mdp(spec["states"], spec["env_agents"], spec["actions"],
+                          layout=RANDOM_ENVS[env],
+                          gamma=0.9 if spec["env_gamma"] is None else spec["env_gamma"],
+                          seed=spec["env_seed"])
+    if env in NAMED:
+        return named_mdp(env, spec["env_gamma"])
+    raise InputError(f"unknown env {env!r}; choose one of "
+                     f"{', '.join(sorted(NAMED) + sorted(RANDOM_ENVS))}")
+
+
+def _sha256_or_none(path):
+    return _sha256(path) if os.path.isfile(path) else None
+
+
+def build_mdp(args):
+    """The MDP of ``--mdp``/``--env`` (checked against ``--agents``)."""
+    mdp = build_mdp_from_spec(mdp_spec(args))
     if args.agents is not None and args.agents != mdp.n_agents:
         raise InputError(f"--agents {args.agents} does not match the MDP, which has "
                          f"{mdp.n_agents} agents")
@@ -183,10 +237,10 @@ def _order(args, n: int):
 
 
 def build_config(args, n_agents: int, sampled: bool) -> TrainConfig:
+    """The :class:`TrainConfig` of the flags, with every cross-flag rule checked for a team
+    of ``n_agents`` (order permutation, per-agent radii, swap agent and stage)."""
     if args.method not in METHODS:
         raise InputError(f"unknown method {args.method!r}; choose one of {', '.join(METHODS)}")
-    _positive("--delta", args.delta)
-    _positive("--stages", args.stages, allow_zero=True)
     order, perm = _order(args, n_agents)
     dpa = None
     if args.delta_per_agent is not None:
@@ -194,6 +248,11 @@ def build_config(args, n_agents: int, sampled: bool) -> TrainConfig:
             dpa = tuple(float(x) for x in args.delta_per_agent.split(","))
         except ValueError:
             raise InputError("--delta-per-agent must be comma-separated numbers") from None
+        if len(dpa) != n_agents:
+            raise InputError(f"--delta-per-agent has {len(dpa)} entries for {n_agents} agents")
+    if not args.swap_agent < n_agents:
+        raise InputError(f"--swap-agent {args.swap_agent} is not an agent index in "
+                         f"[0, {n_agents - 1}]")
     kw = {}
     if sampled:
         kw.update(n_groups=args.groups if args.groups is not None else 8,
@@ -209,73 +268,85 @@ def build_config(args, n_agents: int, sampled: bool) -> TrainConfig:
         **{k: getattr(args, k) for k in _ADVANCED if hasattr(args, k)}, **kw)
 
 
-def _init_policy(args, mdp):
-    from ..policy import TeamPolicy
+class TabularBackend:
+    """``sat train --backend tabular`` for :mod:`sat_theory.runner`: checks the flags and
+    builds a :class:`~sat_theory.tabular_team.TabularTeam` from the saved configuration."""
 
-    if args.init == "uniform":
-        return TeamPolicy.uniform(mdp)
-    if args.init == "random":
-        return TeamPolicy.random(mdp, args.seed)
-    return TeamPolicy.load(args.init, mdp)
+    def __init__(self):
+        self._mdp = None  # the MDP loaded while configuring (reused by make_team)
+
+    def configure(self, args, make_config) -> tuple[TrainConfig, dict]:
+        from ..tabular_team import horizon_for
+
+        if args.out is None:
+            raise InputError("--out DIR is required")
+        if getattr(args, "executor", "serial") != "serial":
+            raise InputError("--executor ray runs LLM agents as Ray actors; it needs --backend llm")
+        sampled = bool(args.sampled or args.group_size is not None or args.groups is not None)
+        if sampled and args.exact:
+            raise InputError("--exact cannot be combined with --group-size/--groups")
+        spec = mdp_spec(args)
+        mdp = self._mdp = build_mdp(args)
+        cfg = make_config(args, mdp.n_agents, sampled)
+        init = dict(init=args.init)
+        if args.init not in ("uniform", "random"):
+            self._init_policy(dict(init=args.init), mdp)  # a bad file fails now
+            init = dict(init=os.path.abspath(args.init), init_sha256=_sha256(args.init))
+        backend = dict(backend="tabular", mode="sampled" if sampled else "exact", **spec,
+                       mdp_description=mdp.describe(), agents=mdp.n_agents,
+                       gamma=mdp.gamma, **init, exact_step=args.exact_step, lr=args.lr,
+                       epochs=args.epochs, horizon_tol=args.horizon_tol,
+                       horizon=horizon_for(mdp.gamma, args.horizon_tol), seed=args.seed)
+        return cfg, {"backend": backend}
+
+    @staticmethod
+    def _init_policy(b: dict, mdp):
+        from ..policy import TeamPolicy
+
+        if b["init"] == "uniform":
+            return TeamPolicy.uniform(mdp)
+        if b["init"] == "random":
+            return TeamPolicy.random(mdp, b["seed"])
+        if b.get("init_sha256") and _sha256_or_none(b["init"]) != b["init_sha256"]:
+            raise InputError(f"the initial policy {b['init']} is missing or changed since the "
+                             "run started (sha256 differs)")
+        return TeamPolicy.load(b["init"], mdp)
+
+    def make_team(self, config: dict, cfg: TrainConfig, out):
+        from ..tabular_team import TabularTeam
+
+        b = config["backend"]
+        try:
+            mdp = self._mdp if self._mdp is not None else build_mdp_from_spec(b)
+            return TabularTeam(mdp, self._init_policy(b, mdp), mode=b["mode"], seed=b["seed"],
+                               exact_step=b["exact_step"], lr=b["lr"], epochs=b["epochs"],
+                               horizon_tol=b["horizon_tol"])
+        except KeyError as e:
+            raise InputError(f"config.json: backend setting {e} missing") from None
+
+    @staticmethod
+    def report(summary: dict, cfg: TrainConfig, out) -> int:
+        print(f"{cfg.method}: {summary['stages']} stages, J {summary['J_start']:.6g} -> "
+              f"{summary['J_end']:.6g}, certificate violations {summary['bound_violations']}, "
+              f"rejected steps {summary['rejected_steps']}, rollouts {summary['rollouts']}, "
+              f"{summary['seconds']:.2f}s -> {out}")
+        return 0
 
 
 def run(args) -> int:
-    if args.backend == "llm" or getattr(args, "resume", None):  # only LLM runs resume
-        try:
-            from sat_llm.train import run_train
-        except ImportError:
-            raise InputError("the LLM backend is not installed: pip install -e '.[llm]'") from None
-        return run_train(args)
-    if getattr(args, "executor", "serial") != "serial":
-        raise InputError("--executor ray runs LLM agents as Ray actors; it needs --backend llm")
-    from ..metrics import RunWriter
-    from ..tabular_team import TabularTeam
+    from ..runner import load_backend, run_fresh, run_resume
 
-    if args.out is None:
-        raise InputError("--out DIR is required")
-    sampled = bool(args.sampled or args.group_size is not None or args.groups is not None)
-    if sampled and args.exact:
-        raise InputError("--exact cannot be combined with --group-size/--groups")
-    for name in ("group_size", "groups"):
-        v = getattr(args, name)
-        if v is not None and v < 1:
-            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
-    mdp = build_mdp(args)
-    cfg = build_config(args, mdp.n_agents, sampled)
-    _positive("--lr", args.lr)
-    _positive("--epochs", args.epochs)
-    team = TabularTeam(mdp, _init_policy(args, mdp), mode="sampled" if sampled else "exact",
-                       seed=args.seed, exact_step=args.exact_step, lr=args.lr,
-                       epochs=args.epochs, horizon_tol=args.horizon_tol)
-    backend = dict(backend="tabular", mode=team.mode, mdp=args.mdp, env=args.env,
-                   mdp_description=mdp.describe(), states=mdp.n_states, agents=mdp.n_agents,
-                   gamma=mdp.gamma, init=args.init, exact_step=args.exact_step, lr=args.lr,
-                   epochs=args.epochs, horizon=team.horizon, seed=args.seed,
-                   env_seed=args.env_seed)
-    bar = None
-    if not args.quiet:
-        from tqdm import tqdm
-        bar = tqdm(total=cfg.stages, desc=f"sat train {cfg.method}", unit="stage",
-                   file=sys.stderr, leave=False, dynamic_ncols=True)
-
-    def progress(rec):
-        if bar is not None:
-            bar.set_postfix(J=f"{rec['J_after']:.4g}", lb=_fmt(rec.get("lower_bound")))
-            bar.update(1)
-
-    with RunWriter(args.out) as writer:
-        try:
-            summary = train(team, cfg, writer=writer, save_policies=args.save_policies,
-                            progress=progress, extra_config={"backend": backend})
-        finally:
-            if bar is not None:
-                bar.close()
-    print(f"{cfg.method}: {summary['stages']} stages, J {summary['J_start']:.6g} -> "
-          f"{summary['J_end']:.6g}, certificate violations {summary['bound_violations']}, "
-          f"rejected steps {summary['rejected_steps']}, rollouts {summary['rollouts']}, "
-          f"{summary['seconds']:.2f}s -> {args.out}")
-    return 0
-
-
-def _fmt(x):
-    return "-" if x is None else f"{x:.3g}"
+    given = getattr(args, "given", set())
+    if args.resume is not None:
+        extra = sorted(given - RESUME_FLAGS - {"debug"})
+        if extra:
+            flags = ", ".join("--" + d.replace("_", "-") for d in extra)
+            raise InputError(f"--resume continues the saved run; {flags} cannot change it "
+                             "(allowed with --resume: --stages, --quiet)")
+        args.resume_stages = args.stages if "stages" in given else None
+        args.backend_given = args.backend if "backend" in given else None
+        summary, cfg, backend = run_resume(args)
+        return backend.report(summary, cfg, args.resume)
+    backend = load_backend(args.backend)
+    summary, cfg = run_fresh(backend, args, build_config)
+    return backend.report(summary, cfg, args.out)

@@ -1,0 +1,379 @@
+"""The one training runner: stages of :func:`~sat_theory.algorithm.run_stage` for any
+:class:`~sat_theory.team.Team`, with plug-and-play swaps, saved policies, progress, an
+atomic checkpoint after every agent update, exact resume and an owned run folder.
+
+Backends (tabular, LLM, LLM-on-Ray) supply only a team; the runner reaches the team's state
+through ``team.state_dict()`` / ``team.load_state_dict(d)`` (a tree of arrays, tensors,
+registered dataclasses and JSON values, :mod:`sat_theory.checkpoint`). ``sat train`` finds
+a backend by name in :data:`BACKENDS` (``"module:attribute"``, imported only when used, so
+``sat_theory`` never imports ``sat_llm``).
+
+Run folder (``--out DIR``):
+
+- ``.lock`` — held (``flock``) for the run's lifetime; a second process on the folder fails
+  at once with one line. The lock dies with its process, even on SIGKILL.
+- ``config.json`` — ``algorithm`` (the :class:`~sat_theory.algorithm.TrainConfig`),
+  ``backend`` (what the backend needs to rebuild the team) and backend extras.
+- ``metrics.jsonl`` — the records (:mod:`sat_theory.metrics`), each with ``seconds`` (wall
+  time since the previous record: the one field a resumed run does not reproduce).
+- ``checkpoint.safetensors`` — written atomically after config.json (nothing done yet), after
+  every agent update, after a swap and after every stage: the team's state, the algorithm's
+  :class:`~sat_theory.algorithm.RunState`, the position inside the stage (``run_stage``'s
+  resume point: completed steps, order, stage-start snapshots, the batch in use, the
+  importance-weight log-ratios and the adaptive-δ reference score) and how many records it
+  covers.
+- ``policies/stage{k}.<ext>`` (``--save-policies``) — the team's policy at the start of stage
+  k (after a swap; ``stage{k}_preswap`` before it; ``stage{K}`` final), via ``team.save``.
+- ``eval_{k}.jsonl`` — per-problem held-out results after ``k`` stages (``0``: the untrained
+  team) when the team has ``eval_records()``.
+
+Resume (``--resume DIR``): lock, drop records beyond the checkpoint's count (they belong to
+a step that is redone), restore, continue. Every record then equals the uninterrupted run's
+but for ``seconds``. A folder whose run was killed before its first checkpoint restarts from
+the beginning. A new run into a folder holding a run is refused unless ``--overwrite``
+(which first removes the run's files listed in :data:`RUN_FILES`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib
+import json
+import math
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from .algorithm import RunState, TrainConfig, run_stage, swap_agent
+from .checkpoint import load_state, register_state_type, save_state, write_atomic
+from .errors import InputError
+from .metrics import RunWriter, write_json_atomic
+from .policy import TeamPolicy
+from .team import Batch, Episode, Turn
+
+__all__ = ["Runner", "RunFolder", "BACKENDS", "load_backend", "CHECKPOINT", "RUN_FILES",
+           "train_config_from_dict"]
+
+CHECKPOINT = "checkpoint.safetensors"
+LOCK = ".lock"
+#: what a run writes into its folder (``--overwrite`` removes exactly these)
+RUN_FILES = ("config.json", "metrics.jsonl", CHECKPOINT, "policies", "agents", "eval_*.jsonl",
+             ".*.tmp*")
+#: backend name -> "module:attribute" of its backend object (imported on use)
+BACKENDS = {"tabular": "sat_theory.commands.train:TabularBackend",
+            "llm": "sat_llm.train:LLMBackend"}
+
+for _cls in (Batch, Episode, Turn, TeamPolicy):
+    register_state_type(_cls)
+
+
+def load_backend(name: str):
+    """The backend object registered as ``name`` (one-line error if it is not installed)."""
+    if name not in BACKENDS:
+        raise InputError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    module, attr = BACKENDS[name].split(":")
+    try:
+        return getattr(importlib.import_module(module), attr)()
+    except ImportError as e:
+        extra = {"llm": "pip install -e '.[llm]'"}.get(name, "")
+        raise InputError(f"the {name} backend is not installed ({e.name}): {extra}") from None
+
+
+def train_config_from_dict(d: dict) -> TrainConfig:
+    """A :class:`TrainConfig` from its ``to_dict()`` form (a saved ``config.json``)."""
+    if not isinstance(d, dict):
+        raise InputError("config.json: 'algorithm' is not an object")
+    try:
+        return TrainConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+    except TypeError as e:
+        raise InputError(f"config.json: bad algorithm settings ({e})") from None
+
+
+# ------------------------------------------------------------------ the run folder
+class RunFolder:
+    """An owned run folder (module docstring). ``with RunFolder(path) as f:`` holds the
+    lock; :meth:`claim` decides between a fresh run, an overwrite and a refusal."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self._fd: int | None = None
+
+    def __enter__(self):
+        if self.path.exists() and not self.path.is_dir():
+            raise InputError(f"--out {self.path} is a file, not a folder")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise InputError(f"cannot use {self.path} as a run folder: {e.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            other = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise InputError(f"{self.path} is in use by another run (pid {other}); wait for it "
+                             "to finish or choose another --out") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        for tmp in self.path.glob(".*.tmp*"):  # left by a writer that was killed
+            if tmp.is_file():
+                tmp.unlink()
+        return self
+
+    def __exit__(self, *exc):
+        if self._fd is not None:
+            os.close(self._fd)  # releases the lock
+            self._fd = None
+
+    def has_run(self) -> bool:
+        return any((self.path / n).exists() for n in ("config.json", "metrics.jsonl", CHECKPOINT))
+
+    def claim(self, overwrite: bool) -> None:
+        """Make the folder ready for a fresh run: refuse one holding a run unless
+        ``overwrite``, which removes the run's files (:data:`RUN_FILES`) first."""
+        if self.has_run() and not overwrite:
+            raise InputError(f"{self.path} holds a run already; use --resume {self.path} to "
+                             "continue it or --overwrite to replace it")
+        for pattern in RUN_FILES:
+            for p in self.path.glob(pattern):
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+    def config(self) -> dict:
+        path = self.path / "config.json"
+        if not path.is_file():
+            raise InputError(f"no run to resume in {self.path} (config.json missing)")
+        try:
+            conf = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InputError(f"{path} is not valid JSON ({type(e).__name__})") from None
+        if not isinstance(conf, dict) or "algorithm" not in conf or "backend" not in conf:
+            raise InputError(f"{path} is not a run configuration (needs 'algorithm', 'backend')")
+        return conf
+
+    def checkpoint(self) -> dict | None:
+        path = self.path / CHECKPOINT
+        return load_state(path) if path.exists() else None
+
+
+def truncate_metrics(path: Path, n_records: int) -> None:
+    """Keep the first ``n_records`` lines of ``metrics.jsonl`` (atomically)."""
+    if not path.exists():
+        if n_records:
+            raise InputError(f"{path} is missing but the checkpoint counts {n_records} records")
+        return
+    try:
+        lines = [ln for ln in path.read_text(encoding="utf-8").split("\n") if ln.strip()]
+    except UnicodeDecodeError:
+        raise InputError(f"{path} is not UTF-8 text") from None
+    if len(lines) < n_records:
+        raise InputError(f"{path} has {len(lines)} records, the checkpoint counts {n_records}")
+    write_atomic(path, lambda tmp: tmp.write_text("".join(ln + "\n" for ln in lines[:n_records]),
+                                                  encoding="utf-8"))
+
+
+# ------------------------------------------------------------------ the runner
+class Runner:
+    """Drives ``cfg.stages`` stages of ``run_stage`` on ``team`` (module docstring).
+
+    ``writer``: where records go (a :class:`~sat_theory.metrics.RunWriter` or anything with
+    ``log``/``write_config``/``policy_path``); ``folder``: a locked :class:`RunFolder` to
+    checkpoint into (``None``: no checkpoints, e.g. in-memory runs). ``progress``: a tqdm
+    bar over agent steps on stderr; ``on_stage(record)`` after each stage."""
+
+    def __init__(self, team, cfg: TrainConfig, *, writer=None, folder: RunFolder | None = None,
+                 save_policies: bool = False, progress: bool = False,
+                 on_stage: Callable[[dict], None] | None = None):
+        if save_policies and (writer is None or getattr(team, "save", None) is None):
+            raise InputError("--save-policies needs an output folder and a backend that can save")
+        self.team, self.cfg, self.writer, self.folder = team, cfg, writer, folder
+        self.save_policies, self.on_stage = save_policies, on_stage
+        self.state = RunState.initial(cfg, team.n_agents)
+        self.n_records = 0
+        self.J_start: float | None = None
+        self.swapped = False  # the swap before stage cfg.swap_stage is done
+        self.bar = None
+        if progress:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=cfg.stages * team.n_agents, unit="step", file=sys.stderr,
+                            desc=f"sat train {cfg.method}", leave=False, dynamic_ncols=True)
+        self._t = time.perf_counter()
+
+    # ------------------------------------------------------------- records and checkpoints
+    def log(self, rec: dict) -> None:
+        now = time.perf_counter()
+        rec["seconds"], self._t = now - self._t, now
+        if self.writer is not None:
+            self.writer.log(rec)
+        self.n_records += 1
+
+    def checkpoint(self, position: dict | None = None) -> None:
+        if self.folder is None:
+            return
+        state = dict(team=self.team.state_dict(), run_state=self.state.to_dict(),
+                     position=position, n_records=self.n_records, J_start=self.J_start,
+                     swapped=self.swapped)
+        save_state(self.folder.path / CHECKPOINT, state)
+
+    def on_step(self, rec: dict, position: dict) -> None:
+        """After each agent update (``run_stage``'s hook): checkpoint, progress."""
+        self.checkpoint(position)
+        if self.bar is not None:
+            self.bar.set_postfix(stage=rec["stage"], kl=f"{rec['kl']:.3g}", J=_fmt(rec.get("J")))
+            self.bar.update(1)
+
+    def _save_policy(self, name: str) -> None:
+        if self.save_policies:
+            ext = getattr(self.team, "policy_format", "npz")
+            path = Path(self.writer.policy_path(0)).with_name(f"{name}.{ext}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.team.save(str(path))
+
+    def _eval_file(self, k: int) -> None:
+        records = getattr(self.team, "eval_records", None)
+        if records is None or self.folder is None:
+            return
+        from .commands._io import dumps
+
+        text = "".join(dumps(r) + "\n" for r in records())
+        write_atomic(self.folder.path / f"eval_{k}.jsonl",
+                     lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+    # ------------------------------------------------------------- the loop
+    def start(self, config: dict | None = None) -> dict:
+        """A fresh run: write ``config.json`` and the first checkpoint, then run."""
+        if self.writer is not None and config is not None:
+            self.writer.write_config(config)
+        self.checkpoint()
+        return self.run()
+
+    def restore(self, ck: dict) -> dict | None:
+        """Load a checkpoint (from :meth:`RunFolder.checkpoint`); returns the position."""
+        self.team.load_state_dict(ck["team"])
+        self.state = RunState.from_dict(ck["run_state"])
+        self.n_records = int(ck["n_records"])
+        self.J_start = ck["J_start"]
+        self.swapped = bool(ck["swapped"])
+        if self.bar is not None:
+            self.bar.update(self.state.stage * self.team.n_agents
+                            + (ck["position"]["step"] if ck["position"] else 0))
+        return ck["position"]
+
+    def run(self, position: dict | None = None) -> dict:
+        """Run (or finish) the stages; ``position``: a stage to continue (:meth:`restore`)."""
+        team, cfg = self.team, self.cfg
+        t0 = time.perf_counter()
+        stages: list[dict] = []
+        try:
+            if self.J_start is None:
+                self.J_start = float(team.evaluate())
+                self._eval_file(0)
+            while self.state.stage < cfg.stages:
+                k = self.state.stage
+                if position is None:  # the stage has not begun
+                    if cfg.swap_stage == k and not self.swapped:
+                        self._save_policy(f"stage{k}_preswap")  # the end of stage k−1
+                        self.log(swap_agent(team, cfg, self.state))
+                        self.swapped = True
+                        self.checkpoint()
+                    self._save_policy(f"stage{k}")
+                rec = run_stage(team, cfg, self.state, log=self.log, on_step=self.on_step,
+                                resume=position)
+                position = None
+                self.swapped = False
+                stages.append(rec)
+                self._eval_file(k + 1)
+                self.checkpoint()
+                if self.on_stage is not None:
+                    self.on_stage(rec)
+            self._save_policy(f"stage{cfg.stages}")
+        finally:
+            if self.bar is not None:
+                self.bar.close()
+        J_end = float(team.evaluate())
+        lbs = [s["lower_bound"] for s in stages if s.get("lower_bound") is not None]
+        return dict(J_start=self.J_start, J_end=J_end, stages=len(stages),
+                    rollouts=self.state.rollouts, episodes=self.state.episodes,
+                    bound_violations=sum(1 for s in stages if s.get("holds") is False),
+                    rejected_steps=sum(s["rejected_steps"] for s in stages),
+                    out_of_region_steps=sum(s["out_of_region_steps"] for s in stages),
+                    lower_bound_sum=float(np.sum(lbs)) if lbs else None,
+                    seconds=time.perf_counter() - t0)
+
+
+def _fmt(x):
+    return "-" if x is None or not isinstance(x, float) or not math.isfinite(x) else f"{x:.4g}"
+
+
+# ------------------------------------------------------------------ sat train
+def _terminate_as_interrupt():
+    """SIGTERM behaves as Ctrl-C (temporary files are removed on the way out)."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (e.g. inside a worker)
+        pass
+
+
+def run_fresh(backend, args, make_config) -> tuple[dict, TrainConfig]:
+    """``sat train ... --out DIR``: configure (every flag checked), claim the folder, build
+    the team, run. Returns ``(summary, cfg)``."""
+    _terminate_as_interrupt()
+    cfg, config = backend.configure(args, make_config)
+    config = {"algorithm": cfg.to_dict(), **config,
+              "run": {"save_policies": bool(getattr(args, "save_policies", False))}}
+    with RunFolder(args.out) as folder:
+        folder.claim(getattr(args, "overwrite", False))
+        return _run(backend, folder, cfg, config, None, args), cfg
+
+
+def run_resume(args) -> tuple[dict, TrainConfig, object]:
+    """``sat train --resume DIR [--stages K] [--quiet]``; ``(summary, cfg, backend)``."""
+    _terminate_as_interrupt()
+    with RunFolder(args.resume) as folder:
+        config = folder.config()
+        name = config["backend"].get("backend") if isinstance(config["backend"], dict) else None
+        backend = load_backend(name)
+        if getattr(args, "backend_given", None) not in (None, name):
+            raise InputError(f"--backend {args.backend_given} contradicts the saved run "
+                             f"(backend {name})")
+        cfg = train_config_from_dict(config["algorithm"])
+        ck = folder.checkpoint()
+        done = int(ck["run_state"]["stage"]) if ck else 0
+        stages = getattr(args, "resume_stages", None)
+        if stages is not None and stages != cfg.stages:
+            if stages < done:
+                raise InputError(f"--stages {stages}: the run has done {done} stages already")
+            config["algorithm"]["stages"] = stages
+            cfg = train_config_from_dict(config["algorithm"])
+            write_json_atomic(str(folder.path / "config.json"), config)
+        args.save_policies = bool(config.get("run", {}).get("save_policies", False))
+        return _run(backend, folder, cfg, config, ck, args), cfg, backend
+
+
+def _run(backend, folder: RunFolder, cfg, config, ck, args) -> dict:
+    team = backend.make_team(config, cfg, folder.path)
+    try:
+        if ck is None:
+            truncate_metrics(folder.path / "metrics.jsonl", 0)
+        else:
+            truncate_metrics(folder.path / "metrics.jsonl", int(ck["n_records"]))
+        with RunWriter(str(folder.path), append=ck is not None) as writer:
+            runner = Runner(team, cfg, writer=writer, folder=folder,
+                            save_policies=getattr(args, "save_policies", False),
+                            progress=not getattr(args, "quiet", False))
+            if ck is None:
+                return runner.start(config)
+            return runner.run(runner.restore(ck))
+    finally:
+        close = getattr(team, "close", None)
+        if close is not None:
+            close()
