@@ -104,8 +104,12 @@ def build(x: np.ndarray, layout: str, S: int, n: int, gamma: float):
 
 
 # ------------------------------------------------------------------ objectives (shares)
+#: penalties below this are not scored: their shares would be roundoff of J (|J| up to 1/(1−γ))
+MIN_PENALTY = 1e-7
+
+
 def _ratio(num: float, den: float) -> float:
-    return num / den if den > 1e-12 and np.isfinite(den) else -np.inf
+    return num / den if den > MIN_PENALTY and np.isfinite(den) else -np.inf
 
 
 def _step_share(cert, radius) -> float:

@@ -5,9 +5,9 @@ factors ``cur_j`` (``π_cur``) and ``tar_j`` (``π_tar``) of every agent. Kinds:
 
 - ``adv_{objective}_g{γ}.npz``: the best case per objective and discount found by
   ``experiments/adversarial_search.py`` (objectives: :data:`ADVERSARIAL_OBJECTIVES`, defined
-  in that script's docstring); :func:`adversarial_cases` loads them for the checks;
-- ``tight_step_{expected,max}.npz``: one-agent steps at γ = 0.1 from
-  ``experiments/counterexamples/tight_single_step.py``;
+  in that script's docstring); :func:`adversarial_cases` loads them for the checks (they
+  supersede the earlier one-agent ``tight_step_*`` cases at γ = 0.1 and the stale
+  compounding search, which are objectives of the same script now);
 - ``naive_reuse.npz`` (own format, :mod:`sat_theory.verify.bounds`).
 
 A missing file is not silently skipped: :func:`adversarial_cases` reports every missing

@@ -27,7 +27,10 @@ from . import CheckResult
 from .cases import Case, trap_mdp
 
 __all__ = ["SQ2", "Tally", "check_mutation", "expect", "summary", "count", "trap_cases",
-           "evals", "random_order"]
+           "evals", "random_order", "share_by_gamma", "MIN_PENALTY"]
+
+#: penalties below this are not scored as shares: (L − ΔJ)/pen would be roundoff of J
+MIN_PENALTY = 1e-7
 
 SQ2 = math.sqrt(2.0)
 
@@ -148,3 +151,13 @@ def evals(case: Case, order) -> list[Evaluation]:
 
 def random_order(rng, n: int) -> tuple[int, ...]:
     return tuple(int(x) for x in rng.permutation(n))
+
+
+def share_by_gamma(rows) -> str:
+    """``rows`` of ``(γ, used, penalty)``: the largest share ``used/penalty`` per γ (over
+    penalties above :data:`MIN_PENALTY`), as ``"γ=0.1: 0.78, γ=0.5: 0.45, …"``."""
+    best: dict[float, float] = {}
+    for g, used, pen in rows:
+        if pen > MIN_PENALTY and np.isfinite(pen):
+            best[g] = max(best.get(g, -np.inf), used / pen)
+    return ", ".join(f"γ={g:g}: {u:.3g}" for g, u in sorted(best.items())) or "no cases"
