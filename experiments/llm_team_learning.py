@@ -1,0 +1,389 @@
+"""Does the LLM backend *train* a team? A learning study on CPU, side by side with peers.
+
+Two SmolLM2-135M-Instruct agents (LoRA adapters on one frozen shared base) take turns on
+small-integer arithmetic: agent 1 answers ``Compute a op b.``, agent 2 sees the exchange and
+gives the team's final answer, which the task's verifier scores (the last integer after
+``Answer:``). Operands are drawn from ``[0, 12]`` with ``+ - *`` (507 distinct problems):
+
+- the untrained team scores inside the 15-60% band the study asks for (measured before the
+  study: 35% greedy on 128 held-out problems, 12.5% of sampled τ = 0.7 episodes correct, 6 of
+  16 groups of 4 with a non-zero advantage), so there is signal to learn from and room to
+  improve;
+- one-digit operands (243 problems) cannot give a held-out set of ≥ 200 disjoint from the
+  training pool, and two-digit operands leave almost no sampled episode correct (0 of 32 with
+  ``+`` only), so group-normalized advantages are zero and nothing can be learned.
+
+Every method sees the same base, LoRA (rank 8, α 16, ``q_proj``/``v_proj``), prompts (the
+canonical chat protocol), group size 4, 8 prompts per rollout, learning rate 1e-3, ≤ 16 new
+tokens, τ = 0.7, and the same budget of generated training tokens: the stage counts below
+give each method the same number of sampled messages (SAT resamples before every agent
+update, so a 2-agent SAT stage draws two rollouts of 8 × 4 two-message episodes; naive and
+joint draw one; the single agent's episodes have one message). The actual token counts are
+logged and the curves are drawn against tokens and against wall time.
+
+Methods (``--method``): ``sat`` (intermediate occupancy, exact token-KL trust region δ),
+``sat-token`` (the same with TRL's per-token ratio, ``--ratio token``), ``naive`` (stale
+stage-start batch), ``joint`` (all agents from one batch), ``single`` (our algorithm with
+n = 1), ``trl`` (TRL's ``GRPOTrainer``, n = 1, via :mod:`experiments.peer_trl`).
+
+Each run writes ``OUT/<method>_s<seed>/``: the run folder of ``sat train`` (``config.json``,
+``metrics.jsonl``, ``eval_{k}.jsonl`` — per-problem held-out correctness after ``k`` stages,
+greedy decoding, ``k = 0`` the untrained team) and ``study.json`` (wall seconds, finished).
+``--resume`` continues a killed run from its checkpoint; a finished run is skipped.
+``--report`` reads every run under ``OUT``: paired-bootstrap 95% CIs of the held-out gain,
+``summary.csv``/``summary.json`` and ``learning.png/.pdf`` (accuracy vs tokens and vs wall).
+
+    python experiments/llm_team_learning.py --method sat --seed 0 [--resume]
+    python experiments/llm_team_learning.py --report
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+#: method -> (sat train flags, stages at the common token budget per unit of ``--budget``)
+METHODS = {
+    "sat": (["--method", "sat", "--agents", "2"], 1),
+    "sat-token": (["--method", "sat", "--agents", "2", "--ratio", "token"], 1),
+    "naive": (["--method", "naive", "--agents", "2"], 2),
+    "joint": (["--method", "joint", "--agents", "2"], 2),
+    "single": (["--method", "sat", "--agents", "1"], 4),
+}
+PEERS = ("trl",)
+
+
+def _f(default, help_):
+    return field(default=default, metadata={"help": help_})
+
+
+@dataclass
+class StudyConfig:
+    """Settings shared by every method (the peers get the same ones)."""
+
+    model: str = _f("smollm2-135m", "base model of every agent")
+    lo: int = _f(0, "smallest operand")
+    hi: int = _f(12, "largest operand")
+    ops: str = _f("+-*", "operations")
+    budget: int = _f(12, "token budget in units of one 2-agent SAT stage (128 sampled messages "
+                         "of <= max_new_tokens each); sat runs this many stages, naive/joint "
+                         "twice as many, single four times")
+    prompts: int = _f(8, "prompts (groups) per rollout")
+    group_size: int = _f(4, "episodes per prompt G")
+    max_new_tokens: int = _f(16, "tokens per message at most")
+    temperature: float = _f(0.7, "sampling temperature τ")
+    delta: float = _f(0.05, "trust-region radius δ (exact token-sum KL per message)")
+    lr: float = _f(1e-3, "AdamW learning rate of the LoRA adapters")
+    minibatch: int = _f(8, "turns per optimizer step")
+    lora_r: int = _f(8, "LoRA rank (α = 2r)")
+    n_train: int = _f(200, "training problems in the pool")
+    n_eval: int = _f(200, "held-out problems, disjoint from the training pool")
+    threads: int = _f(1, "torch threads per run (2 cores: at most two runs at once)")
+
+    def train_flags(self) -> list[str]:
+        return ["--backend", "llm", "--model", self.model, "--task", "arithmetic",
+                "--task-option", f"lo={self.lo}", "--task-option", f"hi={self.hi}",
+                "--task-option", f"ops={json.dumps(self.ops)}",
+                "--prompts", str(self.prompts), "--group-size", str(self.group_size),
+                "--max-new-tokens", str(self.max_new_tokens),
+                "--temperature", str(self.temperature), "--delta", str(self.delta),
+                "--llm-lr", str(self.lr), "--minibatch", str(self.minibatch),
+                "--lora-r", str(self.lora_r), "--n-train", str(self.n_train),
+                "--n-eval", str(self.n_eval), "--threads", str(self.threads)]
+
+
+# ------------------------------------------------------------------ running one method
+def run_dir(out: Path, method: str, seed: int) -> Path:
+    return out / f"{method}_s{seed}"
+
+
+def _has_checkpoint(d: Path) -> bool:
+    return any(d.glob("checkpoint*"))
+
+
+def run_ours(cfg: StudyConfig, method: str, seed: int, out: Path, resume: bool,
+             stages: int | None = None) -> Path:
+    """Train one of our methods through ``sat train`` (the same command a user runs)."""
+    from sat_theory.cli import main as sat
+
+    d = run_dir(out, method, seed)
+    flags, per_budget = METHODS[method]
+    meta_path = d / "study.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    if meta.get("finished"):
+        print(f"{d}: finished already")
+        return d
+    t0 = time.time()
+    if resume and d.is_dir() and _has_checkpoint(d):
+        rc = sat(["train", "--resume", str(d), "--quiet"])
+    else:
+        if d.exists():
+            if not resume and any(d.iterdir()):
+                raise SystemExit(f"{d} exists; pass --resume to continue it or remove it")
+            shutil.rmtree(d)
+        argv = ["train", *cfg.train_flags(), *flags,
+                "--stages", str(stages or cfg.budget * per_budget), "--seed", str(seed),
+                "--out", str(d), "--quiet"]
+        rc = sat(argv)
+    if rc != 0:
+        raise SystemExit(f"sat train exited {rc} for {d}")
+    meta = dict(method=method, seed=seed, finished=True,
+                wall_seconds=meta.get("wall_seconds", 0.0) + time.time() - t0,
+                study=asdict(cfg))
+    _write_json(meta_path, meta)
+    for p in d.glob("checkpoint*"):  # adapters stay out of git; the run is complete
+        p.unlink() if p.is_file() else shutil.rmtree(p)
+    return d
+
+
+def _write_json(path: Path, obj) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------ TRL's GRPOTrainer (n = 1)
+def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int) -> Path:
+    """TRL's ``GRPOTrainer`` with the study's settings (:func:`experiments.peer_trl.grpo_trainer`):
+    the problems, prompts and held-out set of our single-agent team with the same seed, ``B =
+    prompts`` prompts × ``G`` completions per generation, optimizer steps on minibatches of
+    ``minibatch`` completions (``steps_per_generation = B·G/minibatch``, as our update's
+    minibatches), ``steps`` generations (= our single-agent stages). After every
+    ``4``-th generation TRL's adapter is copied into our team and evaluated by the same greedy
+    held-out evaluation (``eval_{k}.jsonl``, ``k`` = generations); ``metrics.jsonl`` gets one
+    record per evaluation with the generated tokens and the training wall seconds (evaluation
+    time excluded, as for our runs). Not resumable: a killed TRL run starts again."""
+    from transformers import TrainerCallback
+
+    from experiments.peer_trl import adapter_into, grpo_trainer
+    from sat_llm.models import hf_dir
+    from sat_llm.team import LLMConfig, LLMTeam
+
+    meta_path = d / "study.json"
+    if meta_path.is_file() and json.loads(meta_path.read_text()).get("finished"):
+        print(f"{d}: finished already")
+        return d
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    t_start = time.time()
+    llm = LLMConfig(model=cfg.model, task="arithmetic",
+                    task_options=dict(lo=cfg.lo, hi=cfg.hi, ops=cfg.ops), agents=1,
+                    max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                    lora_r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, lr=cfg.lr,
+                    minibatch=cfg.minibatch, n_train=cfg.n_train, n_eval=cfg.n_eval, seed=seed,
+                    threads=cfg.threads)
+    team = LLMTeam(llm)
+    per_gen = cfg.prompts * cfg.group_size
+    if per_gen % cfg.minibatch:
+        raise SystemExit("prompts x group size must be a multiple of minibatch for TRL")
+    spg = per_gen // cfg.minibatch
+    tr = grpo_trainer(hf_dir(cfg.model), team.task, team.train_pool, lora_r=cfg.lora_r,
+                      lora_alpha=2 * cfg.lora_r, lora_targets=llm.lora_targets,
+                      group_size=cfg.group_size, prompts_per_step=cfg.prompts, lr=cfg.lr,
+                      max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed,
+                      out_dir=d / "trl_out", steps=steps * spg,
+                      per_device_train_batch_size=cfg.minibatch, steps_per_generation=spg)
+    tokens = [0]
+    verifier = tr.reward_funcs[0]
+
+    def counting(prompts, completions, completion_ids, **kw):  # generated tokens, as ours count them
+        tokens[0] += sum(len(x) for x in completion_ids)
+        return verifier(prompts=prompts, completions=completions, completion_ids=completion_ids, **kw)
+
+    counting.__name__ = getattr(verifier, "__name__", "verifier")
+    tr.reward_funcs[0] = counting
+    from sat_theory.metrics import RunWriter
+
+    writer = RunWriter(str(d))
+    writer.write_config(dict(peer="trl.GRPOTrainer", study=asdict(cfg), seed=seed,
+                             grpo=tr.args.to_dict()))
+    clock = dict(train=0.0, last=time.perf_counter())
+
+    def evaluate(k: int) -> None:
+        acc = team.evaluate()
+        recs = team.eval_records()
+        tmp = d / f".eval_{k}.jsonl.tmp"
+        tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in recs))
+        os.replace(tmp, d / f"eval_{k}.jsonl")
+        writer.log(dict(kind="stage", stage=k - 1, J_after=acc, eval_accuracy=acc,
+                        tokens_total=tokens[0], train_seconds=clock["train"]))
+
+    class EvalEvery(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step % (4 * spg) == 0 or state.global_step == steps * spg:
+                now = time.perf_counter()
+                clock["train"] += now - clock["last"]
+                adapter_into(team, tr)
+                evaluate(state.global_step // spg)
+                clock["last"] = time.perf_counter()
+
+    evaluate(0)
+    clock["last"] = time.perf_counter()
+    tr.add_callback(EvalEvery())
+    tr.train()
+    writer.close()
+    shutil.rmtree(d / "trl_out", ignore_errors=True)
+    _write_json(meta_path, dict(method="trl", seed=seed, finished=True,
+                                wall_seconds=time.time() - t_start, study=asdict(cfg)))
+    return d
+
+
+# ------------------------------------------------------------------ report
+def read_eval(path: Path) -> dict[int, float]:
+    """``{problem id: score}`` of one ``eval_{k}.jsonl``."""
+    out = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            out[int(r["id"])] = float(r["score"])
+    return out
+
+
+def paired_bootstrap(before: dict, after: dict, *, reps: int = 10000, seed: int = 0):
+    """Gain ``mean(after) − mean(before)`` on the same problems and its paired-bootstrap 95%
+    percentile interval: problems are resampled with replacement, both scores of a problem
+    move together (the pairing removes the problem-difficulty variance)."""
+    import numpy as np
+
+    ids = sorted(set(before) & set(after))
+    if len(ids) != len(before) or len(ids) != len(after):
+        raise ValueError("before and after must score the same problems")
+    diff = np.array([after[i] - before[i] for i in ids])
+    rng = np.random.default_rng(seed)
+    boots = diff[rng.integers(0, len(diff), size=(reps, len(diff)))].mean(axis=1)
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    return float(diff.mean()), float(lo), float(hi)
+
+
+def curve(d: Path):
+    """``(tokens, seconds, accuracy)`` at every held-out evaluation of one run: cumulative
+    generated training tokens, cumulative *training* wall seconds (rollouts, updates and KL
+    monitor — the held-out evaluations excluded, they are the study's, not the method's) and
+    the accuracy of ``eval_{k}.jsonl`` (``k`` = stages done; 0 = untrained). Our runs log
+    ``tokens``/``seconds`` per step; the TRL run logs ``tokens_total``/``train_seconds`` per
+    evaluation."""
+    from sat_theory.metrics import read_metrics
+
+    points = {0: (0.0, 0.0)}
+    tok = sec = 0.0
+    for rec in read_metrics(d):
+        if rec["kind"] == "step":
+            tok += float(rec.get("tokens") or 0)
+            sec += float(rec.get("seconds") or 0.0)
+        elif rec["kind"] == "stage":
+            k = int(rec["stage"]) + 1
+            points[k] = (float(rec.get("tokens_total", tok)), float(rec.get("train_seconds", sec)))
+    tokens, secs, acc = [], [], []
+    for k in sorted(points):
+        p = d / f"eval_{k}.jsonl"
+        if p.is_file():
+            sc = read_eval(p)
+            tokens.append(points[k][0])
+            secs.append(points[k][1])
+            acc.append(sum(sc.values()) / len(sc))
+    return tokens, secs, acc
+
+
+def report(out: Path) -> int:
+    import pandas as pd
+
+    rows, curves = [], {}
+    for d in sorted(p for p in out.iterdir() if (p / "study.json").is_file()):
+        meta = json.loads((d / "study.json").read_text())
+        evals = sorted(d.glob("eval_*.jsonl"), key=lambda p: int(p.stem.split("_")[1]))
+        if not meta.get("finished") or len(evals) < 2:
+            continue
+        before, after = read_eval(evals[0]), read_eval(evals[-1])
+        gain, lo, hi = paired_bootstrap(before, after)
+        tokens, secs, acc = curve(d)
+        curves[d.name] = (meta["method"], tokens, secs, acc)
+        rows.append(dict(run=d.name, method=meta["method"], seed=meta["seed"],
+                         n_eval=len(before), stages=len(evals) - 1,
+                         acc_untrained=sum(before.values()) / len(before),
+                         acc_final=sum(after.values()) / len(after),
+                         gain=gain, gain_ci_lo=lo, gain_ci_hi=hi,
+                         ci_excludes_0=bool(lo > 0), best_acc=max(acc),
+                         tokens=tokens[-1] if tokens else None,
+                         wall_minutes=meta["wall_seconds"] / 60))
+    if not rows:
+        print(f"no finished runs under {out}")
+        return 1
+    df = pd.DataFrame(rows)
+    df.to_csv(out / "summary.csv", index=False)
+    _write_json(out / "summary.json", rows)
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
+        print(df.round(3).to_string(index=False))
+    plot(curves, out)
+    return 0
+
+
+def plot(curves: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sat_theory.plotting import paper_style, save_figure
+
+    colors = {m: f"C{i}" for i, m in enumerate([*METHODS, *PEERS])}
+    with paper_style():
+        fig, ax = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+        for name, (method, tokens, secs, acc) in sorted(curves.items()):
+            style = dict(color=colors.get(method, "k"), marker="o", ms=3,
+                         ls="-" if name.endswith("_s0") else "--")
+            ax[0].plot([t / 1000 for t in tokens], acc, label=name, **style)
+            ax[1].plot([s / 60 for s in secs], acc, label=name, **style)
+        ax[0].set(xlabel="generated training tokens (thousands)", ylabel="held-out accuracy (greedy)",
+                  title="accuracy vs tokens")
+        ax[1].set(xlabel="training wall time (minutes, 1 thread; evaluation excluded)", title="accuracy vs wall time")
+        ax[1].legend(fontsize=7, ncol=2, loc="lower right")
+        fig.tight_layout()
+        for p in save_figure(fig, out, "learning"):
+            print(p)
+
+
+# ------------------------------------------------------------------ command line
+def main(argv=None) -> int:
+    cfg = StudyConfig()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--method", choices=[*METHODS, *PEERS], help="method to run")
+    p.add_argument("--seed", type=int, default=0, help="seed (≥ 0)")
+    p.add_argument("--resume", action="store_true", help="continue a killed run")
+    p.add_argument("--report", action="store_true", help="summarise every finished run in --out")
+    p.add_argument("--stages", type=int, default=None,
+                   help="override the method's stage count (smoke tests)")
+    p.add_argument("--out", default="figures/llm_team_learning", help="study folder")
+    for k, v in asdict(cfg).items():
+        p.add_argument(f"--{k.replace('_', '-')}", type=type(v), default=v,
+                       help=StudyConfig.__dataclass_fields__[k].metadata["help"])
+    a = p.parse_args(argv)
+    cfg = StudyConfig(**{k: getattr(a, k) for k in asdict(cfg)})
+    if a.seed < 0:
+        p.error("--seed must be >= 0")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if a.report:
+        return report(out)
+    if a.method is None:
+        p.error("give --method M (or --report)")
+    if a.method == "trl":
+        run_study_trl(cfg, a.seed, run_dir(out, "trl", a.seed), steps=a.stages or cfg.budget * 4)
+    else:
+        run_ours(cfg, a.method, a.seed, out, a.resume, a.stages)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

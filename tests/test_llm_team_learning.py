@@ -1,0 +1,68 @@
+"""Smoke tests of the LLM learning study (experiments/llm_team_learning.py) on tiny-random,
+and its statistics (the paired bootstrap of the held-out gain)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from experiments import llm_team_learning as study  # noqa: E402
+
+TINY = ["--model", "tiny-random", "--n-train", "12", "--n-eval", "8", "--prompts", "2",
+        "--group-size", "2", "--max-new-tokens", "4", "--minibatch", "4"]
+
+
+def test_paired_bootstrap_exact_cases():
+    same = {i: float(i % 2) for i in range(20)}
+    assert study.paired_bootstrap(same, same) == (0.0, 0.0, 0.0)
+    flipped = {i: 1.0 for i in range(20)}
+    zeros = {i: 0.0 for i in range(20)}
+    assert study.paired_bootstrap(zeros, flipped) == (1.0, 1.0, 1.0)
+    with pytest.raises(ValueError):
+        study.paired_bootstrap(zeros, {0: 1.0})
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 1)), min_size=5, max_size=60))
+def test_paired_bootstrap_interval_contains_the_gain(pairs):
+    before = {i: float(b) for i, (b, _) in enumerate(pairs)}
+    after = {i: float(a) for i, (_, a) in enumerate(pairs)}
+    gain, lo, hi = study.paired_bootstrap(before, after, reps=2000)
+    assert gain == pytest.approx(np.mean([a - b for b, a in pairs]))
+    assert lo <= gain + 1e-12 and gain <= hi + 1e-12
+
+
+def test_study_runs_resumes_and_reports(tmp_path):
+    out = tmp_path / "study"
+    assert study.main(["--method", "sat", "--seed", "0", "--stages", "2", *TINY,
+                       "--out", str(out)]) == 0
+    d = out / "sat_s0"
+    assert json.loads((d / "study.json").read_text())["finished"]
+    assert not list(d.glob("checkpoint*"))  # adapters stay out of git
+    rows = [json.loads(x) for x in (d / "eval_2.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and {"id", "answer", "final", "correct"} <= set(rows[0])
+    # a finished run is skipped, not retrained
+    assert study.main(["--method", "sat", "--seed", "0", "--stages", "2", *TINY, "--resume",
+                       "--out", str(out)]) == 0
+    assert study.main(["--report", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    (row,) = summary
+    recomputed = np.mean([r["score"] for r in rows]) - np.mean(
+        [json.loads(x)["score"] for x in (d / "eval_0.jsonl").read_text().splitlines()])
+    assert row["gain"] == pytest.approx(recomputed)
+    assert (out / "learning.png").is_file() and (out / "learning.pdf").is_file()
+
+
+def test_study_refuses_to_overwrite_a_run(tmp_path):
+    out = tmp_path / "study"
+    (out / "naive_s0").mkdir(parents=True)
+    (out / "naive_s0" / "metrics.jsonl").write_text("")
+    with pytest.raises(SystemExit):
+        study.main(["--method", "naive", "--seed", "0", "--stages", "1", *TINY, "--out", str(out)])
