@@ -59,7 +59,7 @@ METHODS = {
     "joint": (["--method", "joint", "--agents", "2"], 2),
     "single": (["--method", "sat", "--agents", "1"], 4),
 }
-PEERS = ("trl",)
+PEERS = ("trl", "comlrl")
 
 
 def _f(default, help_):
@@ -380,6 +380,14 @@ def main(argv=None) -> int:
         p.error("give --method M (or --report)")
     if a.method == "trl":
         run_study_trl(cfg, a.seed, run_dir(out, "trl", a.seed), steps=a.stages or cfg.budget * 4)
+    elif a.method == "comlrl":
+        from experiments.peer_comlrl import messages_per_prompt, run_study_comlrl
+
+        # one SAT stage samples 2 rollouts x B prompts x G episodes x 2 messages
+        budget = cfg.budget * 2 * cfg.prompts * cfg.group_size * 2
+        n_prompts = a.stages or max(1, round(budget / messages_per_prompt(cfg.group_size)))
+        run_study_comlrl(cfg, a.seed, run_dir(out, "comlrl", a.seed), n_prompts=n_prompts,
+                         eval_every=max(1, n_prompts // cfg.budget))
     else:
         run_ours(cfg, a.method, a.seed, out, a.resume, a.stages)
     return 0
