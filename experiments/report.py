@@ -220,7 +220,10 @@ def section_ladder(out: Path) -> str:
         if hold == 1.0 else f"A bound FAILED on some stage (lowest hold rate {hold:.2f}) — a bug or a false theorem. ")
         + (f"The papers' bounds are conservative to the point of being vacuous here: the TeamTR "
            f"bound was positive on at most {100 * pos:.0f}% of stages at any δ, because "
-           "c = √2γA_max/(1−γ)² multiplies √δ while the gain is first order in the step. "
+           "at γ ≥ ½ the expected-KL bound can never be positive (docs/theory.md §4.4, checked "
+           "by `sat verify`'s expected_kl_vacuity): gain and penalty are both of order √δ, and "
+           "the penalty's constant √2γA_max/(1−γ)² exceeds the largest the gain can have, "
+           "√2A_max/(1−γ), by the factor γ/(1−γ). "
            if pos < 0.5 else "The TeamTR bound was positive on most stages at some δ. ")
         + ("The tightest rung (exact TV, ‖f_i‖∞) is positive on most stages for "
            f"δ ≤ {first_pos.delta.max():g}." if not first_pos.empty else
@@ -464,8 +467,10 @@ def section_tracking(out: Path) -> str:
     s.append("**Agreement.** Conservative, as the paper says — but far from tracking: the "
              f"paper-form certificate is {abs(m.get('lower_bound_estimated', np.nan) / m.true_improvement):.0f}× "
              "the measured gain in magnitude and of the opposite sign, because its penalty "
-             "c·Σ√δ_i with c = √2γA_max/(1−γ)² is first order in √δ while the gain is first order "
-             "in the step. The paper's visibly tracking certificate is not what Thm 3.6 gives with "
+             "c·Σ√δ_i with c = √2γA_max/(1−γ)² outweighs any possible gain at γ ≥ ½: both are of "
+             "order √δ, and the gain is at most √2A_max√δ_i/(1−γ) per step, so with exact terms the bound is ≤ 0 "
+             "for every stage (docs/theory.md §4.4, the vacuity result, checked by `sat verify`'s "
+             "expected_kl_vacuity). The paper's visibly tracking certificate is not what Thm 3.6 gives with "
              f"these constants; this project's tightest rung ({m.get('lower_bound_tv', np.nan):.2f}) is the "
              "nearest to the measured curve.")
     _sum("fig_certificate_tracking (TeamTR Fig. 4b)", "conservative and tracking progress",
