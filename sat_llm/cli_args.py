@@ -20,7 +20,28 @@ RANGES = {"prompts": ("int", 1, None, True, False), "max_new_tokens": ("int", 1,
           "llm_lr": ("float", 0.0, None, False, False), "llm_epochs": ("int", 1, None, True, False),
           "minibatch": ("int", 1, None, True, False), "lora_r": ("int", 1, None, True, False),
           "n_train": ("int", 1, None, True, False), "n_eval": ("int", 1, None, True, False),
-          "threads": ("int", 0, None, True, False)}
+          "threads": ("int", 0, None, True, False), "micro_batch": ("int", 0, None, True, False),
+          "logp_check": ("int", 0, None, True, False), "logp_tol": ("float", 0.0, None, True, False)}
+
+
+def _devices(text: str) -> str:
+    """argparse ``type`` of ``--device``/``--agent-devices``: every comma-separated device must
+    exist here (``--device cuda`` without CUDA fails while parsing, before any model loads).
+    Imports torch only when the flag is given."""
+    import argparse
+
+    from sat_theory.errors import InputError
+
+    try:
+        from .models import resolve_device
+
+        for d in text.split(","):
+            resolve_device(d)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    except ImportError:
+        raise argparse.ArgumentTypeError("device placement needs torch: pip install -e '.[llm]'") from None
+    return text
 
 
 def add_arguments(p) -> None:
@@ -59,3 +80,19 @@ def add_arguments(p) -> None:
     g.add_argument("--engine", default="hf",
                    help="rollout engine: hf (transformers) | vllm (GPU multi-LoRA; NOT exercised yet)")
     num("--threads", "torch CPU threads (0: torch's default; 1 is fastest on a busy machine)", default=0)
+    g.add_argument("--device", type=_devices, default="auto",
+                   help="device of every agent: auto (CUDA when available, else CPU) | cpu | cuda | "
+                        "cuda:K (config.json records the one used)")
+    g.add_argument("--agent-devices", type=_devices, default=None, metavar="D1,D2,...",
+                   help="one device per agent, comma-separated (e.g. cuda:0,cuda:1)")
+    g.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
+                   help="frozen base dtype: auto (float32 on CPU, bfloat16 on CUDA); LoRA weights, "
+                        "optimizer state, log-probs, advantages and KLs stay float32/float64")
+    g.add_argument("--grad-checkpointing", action="store_true",
+                   help="recompute activations in the backward pass (less memory, more time)")
+    num("--micro-batch", "turns per forward/backward pass (0: the minibatch); halved and "
+                         "retried on out-of-memory", default=0)
+    num("--logp-check", "messages per generation call whose behaviour log-probs the training "
+                        "model recomputes and compares (0: off)", default=8)
+    num("--logp-tol", "largest tolerated per-token |Δ log π| of that check (0: by dtype)",
+        default=0.0)
