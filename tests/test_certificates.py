@@ -20,6 +20,7 @@ from sat_theory import (
     stage_certificate,
 )
 from sat_theory.certificates import check_order
+from sat_theory.verify.definitions import reference_certificate
 
 LAYOUTS = ["simultaneous", "masked", "turn"]
 
@@ -30,57 +31,12 @@ def perturbed(mdp, pol, rng, scale):
         [np.log(f) + scale * rng.standard_normal(f.shape) for f in pol.factors])
 
 
-# --------------------------------------------------------- a naive reference
+# --------------------------------------------------------- the definitions, recomputed
 def naive_terms(mdp, cur, tar, order):
-    """Every per-step term from scratch: separate dense solves for V, d and Q per policy,
-    joint probabilities by explicit products over active agents. Independent of evaluate()."""
-    S, K, g = mdp.n_states, mdp.n_joint, mdp.gamma
-    P = np.asarray(mdp.to_dense().P)
-
-    def joint(pol):
-        out = np.ones((S, K))
-        for k in range(K):
-            acts = mdp.slot_actions[k] if mdp.kind == "factored" else None
-            for s in range(S):
-                if mdp.kind == "turn":
-                    out[s, k] = pol.factors[mdp.turn[s]][s, k]
-                    continue
-                for j, a in enumerate(acts):
-                    if mdp.active[s, j]:
-                        out[s, k] *= pol.factors[j][s, a]
-                    elif a != 0:
-                        out[s, k] = 0.0
-        return out
-
-    def ev(pol):
-        pi = joint(pol)
-        P_pi = np.einsum("sk,skt->st", pi, P)
-        r_pi = (pi * mdp.R).sum(1)
-        V = np.linalg.solve(np.eye(S) - g * P_pi, r_pi)
-        d = (1 - g) * np.linalg.solve((np.eye(S) - g * P_pi).T, mdp.rho0)
-        Q = mdp.R + g * P @ V
-        return dict(pi=pi, V=V, d=d, A=Q - V[:, None], J=mdp.rho0 @ V)
-
-    pols = [cur]
-    for j in order:
-        f = list(pols[-1].factors)
-        f[j] = tar.factors[j]
-        pols.append(TeamPolicy(tuple(f)))
-    evs = [ev(p) for p in pols]
-    steps = []
-    for i, j in enumerate(order, start=1):
-        prev, nxt = evs[i - 1], evs[i]
-        act = mdp.active[:, j]
-        p, q = cur.factors[j], tar.factors[j]
-        kl = np.where(act, (p * np.log(p / q)).sum(1), 0.0)
-        tv = np.where(act, 0.5 * np.abs(p - q).sum(1), 0.0)
-        f_i = (nxt["pi"] * prev["A"]).sum(1)
-        A_max = np.abs(prev["A"][mdp.admissible]).max()
-        steps.append(dict(
-            agent=j, L_seq=prev["d"] @ f_i / (1 - g), L_stale=evs[0]["d"] @ f_i / (1 - g),
-            delta=prev["d"] @ kl, delta_max=kl[act].max(), tv=prev["d"] @ tv, A_max=A_max,
-            f_inf=np.abs(f_i).max(), true_gain=nxt["J"] - prev["J"]))
-    return steps, evs[-1]["J"] - evs[0]["J"]
+    """Every per-step term from :func:`sat_theory.verify.definitions.reference_certificate`
+    (separate dense solves, explicit products; independent of evaluate() and certificates)."""
+    ref = reference_certificate(mdp, cur, tar, order)
+    return ref["steps"], ref["stage"]["true_improvement"]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -224,3 +180,25 @@ def test_order_not_a_permutation(order):
     pol = TeamPolicy.uniform(mdp)
     with pytest.raises(InputError):
         stage_certificate(mdp, pol, pol, order)
+
+
+def test_estimated_advantages_constant_bias():
+    """Â = A + b: f̂_i = f_i + b, so ζ_i = b, L̂_i = L_i + b/(1−γ) and every bound is unchanged
+    (the ζ_i/(1−γ) term is exactly used up)."""
+    mdp = random_mdp(5, 2, 2, layout="masked", seed=4)
+    cur, tar = TeamPolicy.random(mdp, 0), TeamPolicy.random(mdp, 1)
+    order = [1, 0]
+    evs = [evaluate(mdp, p) for p in intermediate_policies(cur, tar, order)]
+    exact = stage_certificate(mdp, cur, tar, order, evaluations=evs)
+    b = 0.37
+    est = stage_certificate(mdp, cur, tar, order, evaluations=evs,
+                            advantages=[ev.A + b for ev in evs[:-1]])
+    for s0, s1 in zip(exact.steps, est.steps, strict=True):
+        assert s1.zeta == pytest.approx(b, rel=1e-12)
+        assert s1.L_seq == pytest.approx(s0.L_seq + b / (1 - mdp.gamma), rel=1e-10)
+        assert s1.bound == pytest.approx(s0.bound, rel=1e-9, abs=1e-12)
+        assert s1.f_inf == s0.f_inf  # the ladder's ‖f_i‖∞ is that of the exact f_i
+    for k in BOUND_KEYS:
+        assert getattr(est, k) == pytest.approx(getattr(exact, k), rel=1e-9, abs=1e-12)
+    with pytest.raises(InputError, match="advantages"):
+        stage_certificate(mdp, cur, tar, order, advantages=[evs[0].A])

@@ -29,7 +29,8 @@ BOUND_CHECKS = [
     "performance_difference", "occupancy_shift_max", "occupancy_shift_expected",
     "chained_occupancy_shift", "factor_lemma", "single_step_bound", "single_step_bound_max_kl",
     "joint_stage_bound_all_orders", "stale_stage_bound", "naive_reuse_counterexample",
-    "plug_and_play_resumability", "certificate_tightening",
+    "plug_and_play_resumability", "certificate_tightening", "certificate_definitions",
+    "expected_kl_vacuity", "estimated_advantage_bound",
 ]
 
 load_checks()

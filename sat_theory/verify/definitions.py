@@ -132,7 +132,7 @@ def certificate_definitions(*, quick: bool = False, seed: int = 0,
     rng = np.random.default_rng([seed, 31])
     T = Tally()
     pool = (cases(seed + 11, count(quick, 30, 150)) + trap_cases(gammas=(0.9,), ts=(0.02,))
-            + [c for _, _, c in adversarial_cases()])
+            + adversarial_cases())
     worst = 0.0
     for k, c in enumerate(pool):
         order = random_order(rng, c.n)

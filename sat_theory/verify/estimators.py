@@ -238,14 +238,20 @@ def finite_sample_coverage(*, quick: bool = True, seed: int = 0, mutation: str |
         miss_dev.append(dev.mean())
         miss_cert.append(cert_miss.mean())
         if kind == "direct":
-            miss_sat_dev.append((label, sat_dev.mean()))
-            miss_sat_cert.append((label, sat_cert_miss.mean()))
-            miss_sat_env.append((label, sat_env.mean()))
+            miss_sat_dev.append((label, sat_dev.mean(), int(sat_dev.sum())))
+            miss_sat_cert.append((label, sat_cert_miss.mean(), int(sat_cert_miss.sum())))
+            miss_sat_env.append((label, sat_env.mean(), int(sat_env.sum())))
     worst_dev = max(miss_sat_dev, key=lambda t: t[1])
-    random_dev = [m for lab, m in miss_sat_dev if not lab.startswith("sign-bandit")]
+    random_dev = [m for lab, m, _ in miss_sat_dev if not lab.startswith("sign-bandit")]
     worst_cert = max(miss_sat_cert, key=lambda t: t[1])
     worst_env = max(miss_sat_env, key=lambda t: t[1])
-    sat_holds = worst_dev[1] <= delta_conf
+
+    def verdict(worst) -> str:
+        # SAT's constant is judged by the same rule as TeamTR's: misses above `thresh` fail
+        return (f"{worst[2]}/{R} misses (rate {worst[1]:.3f}) on {worst[0]}, "
+                + ("within" if worst[2] <= thresh else "ABOVE") + f" the threshold {thresh}")
+
+    sat_holds = worst_dev[2] <= thresh
     exact = {N: sign_bandit_miss_probability(N, math.sqrt(math.log(2 / delta_conf) / (2 * N)))
              for N in (20, 100, 400, 10_000)}
     exact_tr = {N: sign_bandit_miss_probability(N, math.sqrt(2 * math.log(2 / delta_conf) / N))
@@ -259,16 +265,15 @@ def finite_sample_coverage(*, quick: bool = True, seed: int = 0, mutation: str |
         "miss count",
         f"TeamTR (range 2B) miss rate per case: deviation {_q(miss_dev)}; "
         f"Thm E.10 certificate {_q(miss_cert)}",
-        ("SAT's constant (range B for values spanning 2B) " + ("holds" if sat_holds else "does NOT hold")
-         + f": worst deviation miss rate {worst_dev[1]:.3f} > δ_conf={delta_conf} on {worst_dev[0]}"
-         if not sat_holds else f": worst deviation miss rate {worst_dev[1]:.3f} ≤ {delta_conf}"),
+        "SAT's constant (range B for values spanning 2B) "
+        + ("holds" if sat_holds else "does NOT hold") + ": worst deviation " + verdict(worst_dev)
+        + " that TeamTR's constant is held to",
         f"SAT's constant on the random-MDP cases (direct estimator): deviation miss rates "
         f"{_q(random_dev)} — advantages there are far from the two-point worst case",
-        f"SAT's empirical stage certificate (δ^max penalty + SAT finite-sample term): worst miss "
-        f"rate {worst_cert[1]:.3f} on {worst_cert[0]} (population slack hides the constant "
-        f"unless the step is null)",
-        f"SAT's sampled oracle envelope L̂_i ≤ A_max/(1−γ)(√(2δ^max)+√(log(2/δ)/(2N))): worst "
-        f"miss rate {worst_env[1]:.3f} on {worst_env[0]}",
+        "SAT's empirical stage certificate (δ^max penalty + SAT finite-sample term): worst "
+        + verdict(worst_cert) + " (population slack hides the constant unless the step is null)",
+        "SAT's sampled oracle envelope L̂_i ≤ A_max/(1−γ)(√(2δ^max)+√(log(2/δ)/(2N))): worst "
+        + verdict(worst_env),
     ]
     return tally.result()
 

@@ -10,8 +10,8 @@ factors ``cur_j`` (``π_cur``) and ``tar_j`` (``π_tar``) of every agent. Kinds:
   compounding search, which are objectives of the same script now);
 - ``naive_reuse.npz`` (own format, :mod:`sat_theory.verify.bounds`).
 
-A missing file is not silently skipped: :func:`adversarial_cases` reports every missing
-name, and the checks print them as findings.
+A missing file is not silently skipped: :func:`missing_note` names every missing file, and
+the checks print it as a finding with the command that regenerates them.
 """
 
 from __future__ import annotations
@@ -85,11 +85,12 @@ def _load_all() -> tuple[tuple[tuple[str, float, Case], ...], tuple[str, ...]]:
     return tuple(found), tuple(missing)
 
 
-def adversarial_cases(objectives=None, min_agents: int = 1) -> list[tuple[str, float, Case]]:
-    """``(objective, γ, case)`` of every saved adversarial case whose objective is in
-    ``objectives`` (default all) and with at least ``min_agents`` agents."""
+def adversarial_cases(objectives=None, min_agents: int = 1) -> list[Case]:
+    """Every saved adversarial case whose objective is in ``objectives`` (default all) and
+    with at least ``min_agents`` agents. Each is a valid case of every bound, whichever
+    objective it was optimized for."""
     found, _ = _load_all()
-    return [(o, g, c) for o, g, c in found
+    return [c for o, _, c in found
             if (objectives is None or o in objectives) and c.n >= min_agents]
 
 
