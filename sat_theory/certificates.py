@@ -1,4 +1,4 @@
-"""Exact certificates for one stage of sequential agent updates (THEORY §4).
+"""Exact certificates for one stage of sequential agent updates (docs/theory.md §4).
 
 Order ``σ``; ``π̂^0 = π_cur`` and ``π̂^i`` is ``π̂^{i−1}`` with agent ``σ(i)``'s factor replaced
 by the target's; ``π̄ = π̂^n``. Per step ``i`` (agent ``j = σ(i)``), with ``d^{i−1} = d^{π̂^{i−1}}``
@@ -23,7 +23,9 @@ Tighter ladder (this project's extension, same proofs; never reported as the pap
 - ``lower_bound_tv = Σ L_i^seq − Σ 2γ ‖f_i‖∞ E_{d^{i−1}} TV_i / (1−γ)² − Σ ζ_i/(1−γ)``
   (additionally the exact expected TV in place of Pinsker's ``√(δ/2)``).
 
-In exact mode ``ζ_i = 0``. A bound "holds" when ``true ≥ bound − HOLD_TOL·(1 + |bound|)``.
+In exact mode ``ζ_i = 0``; with estimated advantages (``advantages=``) the surrogates use
+``f̂_i = E_{π̂^i} Â_{i−1}`` and ``ζ_i`` defaults to ``max_s |f̂_i − f_i|``. Every term and
+result is stated, with its paper reference and check, in docs/theory.md §4. A bound "holds" when ``true ≥ bound − HOLD_TOL·(1 + |bound|)``.
 """
 
 from __future__ import annotations
@@ -136,7 +138,7 @@ class StageCertificate:
 def stage_certificate(mdp: FactorizedMDP, current: TeamPolicy, target: TeamPolicy, order,
                       *, zeta=None, advantages=None,
                       evaluations: list[Evaluation] | None = None) -> StageCertificate:
-    """Every certificate term of THEORY §4 for one stage, computed exactly.
+    """Every certificate term of docs/theory.md §4 for one stage, computed exactly.
 
     ``advantages``: per-step estimates ``Â_{i−1}`` of ``A^{π̂^{i−1}}``, each (S, K), in update
     order (default: the exact advantages). The surrogates then use

@@ -1,4 +1,4 @@
-"""``sat verify``: every result of THEORY.md checked exactly on many toy MDPs.
+"""``sat verify``: every result of docs/theory.md checked exactly on many toy MDPs.
 
 Each check is one plain function registered with :func:`check`; it draws its cases, evaluates
 the statement exactly and returns a :class:`CheckResult`. Every check accepts a
@@ -35,7 +35,7 @@ CHECK_MODULES = (
 class CheckResult:
     name: str
     reference: str  # paper + theorem, e.g. "TeamTR Thm 3.6; SAT Thm 4.4"
-    section: str  # grouping for the readable table, e.g. "THEORY §4 stage bounds"
+    section: str  # grouping for the readable table, e.g. "docs/theory.md §4 stage bounds"
     cases: int
     violations: int
     passed: bool

@@ -1,7 +1,7 @@
 """Seeded case generators shared by every check of ``sat verify``.
 
 A :class:`Case` is one exact instance a statement is evaluated on: a team MDP, the current
-team policy ``π_cur`` and a per-agent target ``π_tar`` (the stage of THEORY §4 replaces agent
+team policy ``π_cur`` and a per-agent target ``π_tar`` (the stage of docs/theory.md §4 replaces agent
 ``σ(i)``'s factor by the target's at step ``i``). Everything is deterministic given ``seed``.
 
 MDPs (:func:`random_mdps`): random factored (every agent active), masked (random non-empty

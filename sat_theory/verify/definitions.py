@@ -7,7 +7,7 @@ agents, radii from the *joint* KL of consecutive intermediate policies — the f
 shares no code with :mod:`sat_theory.certificates` or :mod:`sat_theory.evaluate`, so the
 check :func:`certificate_definitions` catches a wrong formula there even where the bound it
 feeds stays valid (the KL direction: Pinsker bounds TV by either orientation, so a
-certificate with the flipped radius is still a valid bound, but not the one THEORY defines).
+certificate with the flipped radius is still a valid bound, but not the one docs/theory.md defines).
 """
 
 from __future__ import annotations
@@ -116,8 +116,8 @@ def reference_certificate(mdp, cur, tar, order, advantages=None, *, flip_kl: boo
 
 
 @check("certificate_definitions",
-       "THEORY §4 definitions (TeamTR Thm 3.4/3.6, Prop 3.3; SAT Thm 4.2/4.4)",
-       "THEORY §4 step and stage bounds",
+       "docs/theory.md §4.1 definitions (TeamTR Thm 3.4/3.6, Prop 3.3; SAT Thm 4.2/4.4)",
+       "docs/theory.md §4.3 step and stage bounds",
        mutations=("flip_kl",))
 def certificate_definitions(*, quick: bool = False, seed: int = 0,
                             mutation: str | None = None) -> CheckResult:

@@ -1,4 +1,4 @@
-"""Checks of THEORY §6: estimators, their biases and finite-sample terms.
+"""Checks of docs/theory.md §6: estimators, their biases and finite-sample terms.
 
 Every check evaluates its statement exactly (enumeration, linear algebra) where the statement
 is an identity or a deterministic inequality, and by repeated tabular sampling from the exact
@@ -37,7 +37,7 @@ from ..policy import TeamPolicy, factor_kl, kl_rows, tv_rows
 from . import CHECKS, CheckResult, check
 from .cases import cases, random_policy, small_step_target
 
-SECTION = "THEORY §6 estimators"
+SECTION = "docs/theory.md §6 estimators"
 #: relative tolerance for exact identities / inequalities in float64
 TOL = 1e-9
 
@@ -557,7 +557,7 @@ def _perturb(table, rng, scale):
     return out
 
 
-@check("kl_chain_rule", "TeamTR Lemma B.3; THEORY §6 (token-level monitor)", SECTION,
+@check("kl_chain_rule", "TeamTR Lemma B.3; docs/theory.md §6 (token-level monitor)", SECTION,
        mutations=("flip_kl_direction", "sample_from_reference"))
 def kl_chain_rule(*, quick: bool = True, seed: int = 0, mutation: str | None = None) -> CheckResult:
     """On random autoregressive message models with enumerable messages (EOS, length ≤ T):

@@ -31,7 +31,7 @@ from .tally import (
 # ------------------------------------------------------------------ §2 identities
 @check("performance_difference",
        "SAT §3 (performance difference lemma); TeamTR App. C.1",
-       "THEORY §2 exact identities",
+       "docs/theory.md §2 exact identities",
        mutations=("old_occupancy", "drop_horizon", "new_advantage"))
 def performance_difference(*, quick: bool = False, seed: int = 0,
                            mutation: str | None = None) -> CheckResult:
@@ -56,7 +56,7 @@ def performance_difference(*, quick: bool = False, seed: int = 0,
 
 @check("factor_lemma",
        "TeamTR Lemma 3.1 / B.2; SAT Lemma 4.3",
-       "THEORY §3 divergences",
+       "docs/theory.md §3 divergences",
        mutations=("flip_kl", "ignore_activity"))
 def factor_lemma(*, quick: bool = False, seed: int = 0,
                  mutation: str | None = None) -> CheckResult:

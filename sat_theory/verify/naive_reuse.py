@@ -175,7 +175,7 @@ def load_naive_reuse(path=None):
 
 @check("naive_reuse_counterexample",
        "SAT §1/§4 (naive rollout reuse fails to guarantee improvement); TeamTR Prop 3.3",
-       "THEORY §4 step and stage bounds",
+       "docs/theory.md §4.3 step and stage bounds",
        mutations=("require_seq_drop", "stale_advantage_claim"))
 def naive_reuse_counterexample(*, quick: bool = False, seed: int = 0,
                                mutation: str | None = None) -> CheckResult:

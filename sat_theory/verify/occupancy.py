@@ -55,7 +55,7 @@ def _test_functions(d_new: np.ndarray, d_old: np.ndarray, rng, extra=()) -> list
 
 @check("occupancy_shift_max",
        "SAT §3 (occupancy-shift bound); TeamTR Lemma B.7",
-       "THEORY §4 occupancy shift",
+       "docs/theory.md §4.2 occupancy shift",
        mutations=("halve_constant", "drop_horizon"))
 def occupancy_shift_max(*, quick: bool = False, seed: int = 0,
                         mutation: str | None = None) -> CheckResult:
@@ -88,7 +88,7 @@ def occupancy_shift_max(*, quick: bool = False, seed: int = 0,
 
 @check("occupancy_shift_expected",
        "TeamTR Lemma 3.2 / Lemma B.8 (expected-divergence variant)",
-       "THEORY §4 occupancy shift",
+       "docs/theory.md §4.2 occupancy shift",
        mutations=("halve_constant", "no_sqrt", "drop_horizon"))
 def occupancy_shift_expected(*, quick: bool = False, seed: int = 0,
                              mutation: str | None = None) -> CheckResult:
@@ -143,7 +143,7 @@ def occupancy_shift_expected(*, quick: bool = False, seed: int = 0,
 
 @check("chained_occupancy_shift",
        "TeamTR eq. (8) / Lemma B.9",
-       "THEORY §4 occupancy shift",
+       "docs/theory.md §4.2 occupancy shift",
        mutations=("drop_horizon", "last_term_only"))
 def chained_occupancy_shift(*, quick: bool = False, seed: int = 0,
                             mutation: str | None = None) -> CheckResult:

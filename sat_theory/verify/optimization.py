@@ -1,4 +1,4 @@
-"""Checks of THEORY §5 (Stage-0) and §7: information geometry, envelopes, optimization.
+"""Checks of docs/theory.md §5 (Stage-0) and §7: information geometry, envelopes, optimization.
 
 Checks: ``stage0_alignment``, ``information_geometric_gain``, ``oracle_envelope``,
 ``projected_gradient_convergence``, ``donsker_varadhan_envelope``, ``kl_allocation``.
@@ -25,8 +25,8 @@ from . import check
 from .cases import cases, greedy_target, random_policy
 from .estimators import TOL, Tally, _q, sign_bandit
 
-SECTION7 = "THEORY §7 information geometry and optimization"
-SECTION5 = "THEORY §5 plug-and-play"
+SECTION7 = "docs/theory.md §7 information geometry and optimization"
+SECTION5 = "docs/theory.md §5 plug-and-play"
 B1_SQ, B2 = 2.0, 0.5  # softmax: sup ‖∇log π‖² and sup ‖∇²log π‖_op
 
 

@@ -56,7 +56,7 @@ def _align(pi_old: np.ndarray, init: np.ndarray, nu: np.ndarray, delta_align: fl
 
 @check("plug_and_play_resumability",
        "TeamTR Prop 3.8 / App. D.1–D.2; SAT §4.3 (plug-and-play invariance, Stage-0)",
-       "THEORY §5 plug-and-play",
+       "docs/theory.md §5 plug-and-play",
        mutations=("certify_swap", "old_reference", "no_penalty"))
 def plug_and_play_resumability(*, quick: bool = False, seed: int = 0,
                                mutation: str | None = None) -> CheckResult:
@@ -164,7 +164,7 @@ def plug_and_play_resumability(*, quick: bool = False, seed: int = 0,
 
 @check("certificate_tightening",
        "TeamTR Prop 3.9 / App. D.2; SAT §4.3 (certificate tightening)",
-       "THEORY §5 plug-and-play",
+       "docs/theory.md §5 plug-and-play",
        mutations=("penalty_sign", "radius_inverse"))
 def certificate_tightening(*, quick: bool = False, seed: int = 0,
                            mutation: str | None = None) -> CheckResult:
@@ -176,7 +176,7 @@ def certificate_tightening(*, quick: bool = False, seed: int = 0,
     smaller ``δ_n``, cannot lower the bound.
 
     Upgrading an EARLIER agent also changes later surrogates and ``A_max``; whether the whole
-    bound can drop then is measured and reported as a finding (not the THEORY statement).
+    bound can drop then is measured and reported as a finding (not the docs/theory.md statement).
     Mutations: ``penalty_sign`` (``+c Σ √δ``), ``radius_inverse`` (penalty ``c Σ 1/(1+δ)``,
     decreasing in δ).
     """

@@ -117,7 +117,7 @@ def _single_step(name: str, form: str, *, quick: bool, seed: int,
 
 @check("single_step_bound",
        "TeamTR Thm 3.4 (expected-KL form)",
-       "THEORY §4 step and stage bounds",
+       "docs/theory.md §4.3 step and stage bounds",
        mutations=("no_penalty", "stale_occupancy", "halve_penalty", "drop_horizon"))
 def single_step_bound(*, quick: bool = False, seed: int = 0,
                       mutation: str | None = None) -> CheckResult:
@@ -135,7 +135,7 @@ def single_step_bound(*, quick: bool = False, seed: int = 0,
 
 @check("single_step_bound_max_kl",
        "SAT Thm 4.2 (max-KL form, 2γ/(1−γ)²·A_max·√(δ^max/2))",
-       "THEORY §4 step and stage bounds",
+       "docs/theory.md §4.3 step and stage bounds",
        mutations=("no_penalty", "halve_penalty", "drop_horizon"))
 def single_step_bound_max_kl(*, quick: bool = False, seed: int = 0,
                              mutation: str | None = None) -> CheckResult:
@@ -190,7 +190,7 @@ def _rung_penalty(cert, key: str, mutation: str | None = None) -> float:
 
 @check("joint_stage_bound_all_orders",
        "TeamTR Thm 3.6; SAT Thm 4.4 (sequence-agnostic)",
-       "THEORY §4 step and stage bounds",
+       "docs/theory.md §4.3 step and stage bounds",
        mutations=("no_penalty", "halve_penalty"))
 def joint_stage_bound_all_orders(*, quick: bool = False, seed: int = 0,
                                  mutation: str | None = None) -> CheckResult:
@@ -244,7 +244,7 @@ def joint_stage_bound_all_orders(*, quick: bool = False, seed: int = 0,
 
 @check("stale_stage_bound",
        "TeamTR Prop 3.3 / App. C.3",
-       "THEORY §4 step and stage bounds",
+       "docs/theory.md §4.3 step and stage bounds",
        mutations=("no_penalty", "halve_penalty"))
 def stale_stage_bound(*, quick: bool = False, seed: int = 0,
                       mutation: str | None = None) -> CheckResult:
@@ -303,7 +303,7 @@ def surrogate_ceiling(delta: float, A_max: float, gamma: float) -> float:
 
 @check("expected_kl_vacuity",
        "this project (docs/theory.md §4.4), from TeamTR Thm 3.4/3.6 and SAT Thm 4.2/4.4 constants",
-       "THEORY §4 step and stage bounds",
+       "docs/theory.md §4.3 step and stage bounds",
        mutations=("all_gammas",))
 def expected_kl_vacuity(*, quick: bool = False, seed: int = 0,
                         mutation: str | None = None) -> CheckResult:
@@ -377,7 +377,7 @@ def _estimates(evs, kind: str, rng, size: float) -> list[np.ndarray]:
 
 @check("estimated_advantage_bound",
        "TeamTR Thm 3.4/3.6 and Prop 3.3 with ζ_i > 0; SAT Thm 4.2/4.4",
-       "THEORY §4 step and stage bounds",
+       "docs/theory.md §4.3 step and stage bounds",
        mutations=("zeta_no_horizon", "no_zeta"))
 def estimated_advantage_bound(*, quick: bool = False, seed: int = 0,
                               mutation: str | None = None) -> CheckResult:
