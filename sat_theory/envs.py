@@ -22,7 +22,7 @@ Named toy MDPs (:data:`NAMED`, :func:`named_mdp`), each with values derivable by
 - ``naive_reuse``: the saved counterexample of ``sat verify``'s naive_reuse_counterexample
   (turn-taking, 3 states, 2 agents: a router and a branch agent), loaded from
   ``sat_theory/data/naive_reuse.npz``; its policies via
-  ``sat_theory.verify.bounds.load_naive_reuse()``.
+  ``sat_theory.verify.naive_reuse.load_naive_reuse()``.
 """
 
 from __future__ import annotations
@@ -162,10 +162,10 @@ def _coordination(gamma: float = 0.9) -> FactorizedMDP:
 
 def _naive_reuse(gamma: float | None = None) -> FactorizedMDP:
     # The saved naive-reuse counterexample of the verify suite (router + two branches,
-    # turn-taking, S=3, n=2): see sat_theory/verify/bounds.py and
+    # turn-taking, S=3, n=2): see sat_theory/verify/naive_reuse.py and
     # experiments/counterexamples/naive_reuse.py. Its policies (current, naive targets,
     # intermediate-occupancy targets, order) are in the same file:
-    # sat_theory.verify.bounds.load_naive_reuse(). The counterexample holds at the stored γ.
+    # sat_theory.verify.naive_reuse.load_naive_reuse(). The counterexample holds at the stored γ.
     import os
 
     path = os.path.join(os.path.dirname(__file__), "data", "naive_reuse.npz")
