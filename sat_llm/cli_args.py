@@ -94,5 +94,5 @@ def add_arguments(p) -> None:
                          "retried on out-of-memory", default=0)
     num("--logp-check", "messages per generation call whose behaviour log-probs the training "
                         "model recomputes and compares (0: off)", default=8)
-    num("--logp-tol", "largest tolerated per-token |Δ log π| of that check (0: by dtype)",
+    num("--logp-tol", "largest tolerated mean per-token |Δ log π| of that check (0: by dtype)",
         default=0.0)

@@ -112,7 +112,7 @@ class AgentWorker:
         from .protocol import Protocol
         from .team import LLMConfig, LLMTeam
 
-        c = LLMConfig(**cfg)
+        c = LLMConfig(**dict(cfg, **self._placement(cfg)))
         self.agent = agent
         if c.agent_models is None:
             self.team, self.k = LLMTeam(c), agent
@@ -137,6 +137,20 @@ class AgentWorker:
             self.loaded_checkpoint = True
         else:
             self._save()  # a fresh actor overwrites any file of an earlier run
+
+    @staticmethod
+    def _placement(cfg: dict) -> dict:
+        """The actor's device: the GPUs Ray reserved for it (``agent_gpus``; Ray makes them
+        visible as ``cuda:0..``), else the CPU; one agent per actor, so no per-agent
+        devices. Outside Ray (tests of the plain class) the configured device stays."""
+        try:
+            import ray
+
+            if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
+                return {}
+            return dict(device="cuda" if ray.get_gpu_ids() else "cpu", agent_devices=None)
+        except Exception:
+            return {}
 
     @staticmethod
     def _reconstructed() -> bool:
@@ -303,6 +317,8 @@ class RayTeam(EpisodeLoop):
         from .team import task_setup
 
         self.cfg, self.opts = cfg, opts or RayOptions()
+        # the actors run where their reservation puts them (AgentWorker._placement): record it
+        cfg.device, cfg.agent_devices = ("cuda" if self.opts.agent_gpus > 0 else "cpu"), None
         self.n_agents = cfg.agents
         self.gamma = float(cfg.gamma)
         self.advantage_bound = 1.0  # scores lie in [0, 1] (as LLMTeam)
@@ -367,8 +383,11 @@ class RayTeam(EpisodeLoop):
             key = batch.extra["ray_key"] = uuid.uuid4().hex
         if (key, agent) not in self._subs:
             turns = [dataclasses.replace(t, agent=self._k[agent]) for _, t in batch.turns_of(agent)]
+            vs = batch.versions  # indexed as the actor's inner team (one agent if heterogeneous)
             sub = Batch(episodes=[Episode(group=0, turns=turns, ret=0.0)],
-                        rollout_id=batch.rollout_id)
+                        rollout_id=batch.rollout_id,
+                        versions=(None if vs is None else vs if self._k[agent] == agent
+                                  else (vs[agent],)))
             self._subs = {k: v for k, v in self._subs.items() if k[0] == key}
             self._subs[(key, agent)] = (f"{key}/{agent}", sub)
         return self._subs[(key, agent)]
