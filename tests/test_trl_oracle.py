@@ -231,3 +231,38 @@ def _off_policy_checks(oracle, tr, inputs, info):
           f"from {L_MAX} x dr_grpo by {d_g:.1%} (relative norm); message ratios w = exp(Σ Δ_u): "
           + ", ".join(f"{x:.3f}" for x in w))
     assert d_g > 100 * REL and abs(v_seq - v_tok) > 100 * REL * abs(v_tok)
+
+
+def test_peer_trl_harness_same_prompts_reward_and_adapter(tmp_path, monkeypatch):
+    """``experiments/peer_trl.py`` builds TRL's trainer on our prompts (token for token), with
+    our verifier as reward, and its trained adapter loads into our team."""
+    from experiments.llm_kl_monitor import _lowercase_task
+    from experiments.peer_trl import adapter_into, grpo_trainer, prompt_ids
+
+    monkeypatch.setenv("SAT_LLM_CACHE", str(tmp_path / "cache"))
+    cfg = LLMConfig(model="tiny-random", agents=1, max_new_tokens=6, n_train=4, n_eval=2,
+                    lora_r=4, lora_alpha=8, seed=0)
+    team = LLMTeam(cfg)
+    # score = fraction of lowercase letters: varies even for a random model, so TRL's step moves
+    team.task = _lowercase_task()
+    team.train_pool = team.task.problems("train", 4, 0)
+    tok = team.tokenizer(0)
+    tr = grpo_trainer("tiny-random", team.task, team.train_pool, lora_r=4, lora_alpha=8,
+                      group_size=4, prompts_per_step=2, lr=0.05, max_new_tokens=6,
+                      temperature=1.0, seed=0, out_dir=tmp_path / "trl", steps=1)
+    assert prompt_ids(tr) == [team.protocol.render(tok, p.prompt, [], 0, True) for p in team.train_pool]
+    assert tr.args.max_completion_length == 6 and tr.num_generations == 4 and tr.beta == 0.0
+    p = team.train_pool[0]
+    texts = ["abc", "  aBC  ", "<think>ABC</think> abc"]  # clean() strips spaces and think blocks
+    got = tr.reward_funcs[0]([None] * 3, [[{"role": "assistant", "content": t}] for t in texts],
+                             problem=[0, 0, 0])
+    assert got == [team.task.score(p, team.protocol.clean(t)) for t in texts]
+    assert got == [1.0, 1 / 3, 1.0]
+    tr.train()
+    assert tr.state.global_step == 1
+    before = team._get_weights(0)
+    adapter_into(team, tr)
+    theirs = {k.replace(".default.", "."): v for k, v in tr.model.named_parameters() if ".default." in k}
+    after = team._get_weights(0)
+    assert all(torch.equal(after[k], theirs[k].detach()) for k in after)
+    assert any(not torch.equal(after[k], before[k]) for k in after)  # TRL's step moved it
