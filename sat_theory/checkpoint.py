@@ -50,6 +50,15 @@ def register_state_type(cls: type) -> type:
     return cls
 
 
+def _register_core_types() -> None:
+    """The core's state types: batches of episodes and turns, and team policies."""
+    from .policy import TeamPolicy
+    from .team import Batch, Episode, Turn
+
+    for cls in (Batch, Episode, Turn, TeamPolicy):
+        register_state_type(cls)
+
+
 def _is_torch_tensor(x) -> bool:
     mod = type(x).__module__
     return mod.startswith("torch") and type(x).__name__ in ("Tensor", "Parameter")
@@ -204,3 +213,6 @@ def load_state(path):
         raise InputError(f"cannot read state file {path}: {type(e).__name__}: "
                          f"{str(e)[:200]}") from None
     return decode(tree, tensors)
+
+
+_register_core_types()

@@ -51,11 +51,9 @@ from pathlib import Path
 import numpy as np
 
 from .algorithm import RunState, TrainConfig, run_stage, swap_agent
-from .checkpoint import load_state, register_state_type, save_state, write_atomic
+from .checkpoint import load_state, save_state, write_atomic
 from .errors import InputError
 from .metrics import RunWriter, write_json_atomic
-from .policy import TeamPolicy
-from .team import Batch, Episode, Turn
 
 __all__ = ["Runner", "RunFolder", "BACKENDS", "load_backend", "CHECKPOINT", "RUN_FILES",
            "train_config_from_dict"]
@@ -68,10 +66,6 @@ RUN_FILES = ("config.json", "metrics.jsonl", CHECKPOINT, "policies", "agents", "
 #: backend name -> "module:attribute" of its backend object (imported on use)
 BACKENDS = {"tabular": "sat_theory.commands.train:TabularBackend",
             "llm": "sat_llm.train:LLMBackend"}
-
-for _cls in (Batch, Episode, Turn, TeamPolicy):
-    register_state_type(_cls)
-
 
 def load_backend(name: str):
     """The backend object registered as ``name`` (one-line error if it is not installed)."""
