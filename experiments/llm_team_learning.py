@@ -72,7 +72,7 @@ class StudyConfig:
 
     model: str = _f("smollm2-135m", "base model of every agent")
     lo: int = _f(0, "smallest operand")
-    hi: int = _f(12, "largest operand")
+    hi: int = _f(9, "largest operand")
     ops: str = _f("+-*", "operations")
     budget: int = _f(12, "token budget in units of one 2-agent SAT stage (128 sampled messages "
                          "of <= max_new_tokens each); sat runs this many stages, naive/joint "
@@ -85,7 +85,7 @@ class StudyConfig:
     lr: float = _f(1e-3, "AdamW learning rate of the LoRA adapters")
     minibatch: int = _f(8, "turns per optimizer step")
     lora_r: int = _f(8, "LoRA rank (α = 2r)")
-    n_train: int = _f(200, "training problems in the pool")
+    n_train: int = _f(100, "training problems in the pool (with n_eval: at most the task's 300)")
     n_eval: int = _f(200, "held-out problems, disjoint from the training pool")
     threads: int = _f(1, "torch threads per run (2 cores: at most two runs at once)")
 

@@ -975,7 +975,8 @@ class LLMTeam(EpisodeLoop):
                     optim=[self._opt[j].state_dict() for j in range(self.n_agents)],
                     torch_rng=torch.get_rng_state(), np_rng=self.rng.bit_generator.state,
                     rollouts=self._rollouts, version=list(self._version),
-                    version_counter=self._version_counter, eval_cache=dict(self._eval_cache))
+                    version_counter=self._version_counter, eval_cache=dict(self._eval_cache),
+                    last_eval=list(getattr(self, "last_eval", [])))
 
     def load_state_dict(self, d: dict) -> None:
         for j in range(self.n_agents):
@@ -988,6 +989,7 @@ class LLMTeam(EpisodeLoop):
         self._version = list(d["version"])
         self._version_counter = int(d["version_counter"])
         self._eval_cache = dict(d.get("eval_cache", {}))
+        self.last_eval = list(d.get("last_eval", []))  # eval_records() of a cached evaluation
         self._ref_cache = None
 
     def adapter_norms(self) -> list[float]:
