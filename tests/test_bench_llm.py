@@ -2,9 +2,11 @@
 is skipped with a one-line note when its dependencies are missing. Timings are never
 asserted; the accounting of the resampling comparison is (it is exact by construction)."""
 
+import importlib.util
 import json
 import sys
 
+import numpy as np
 import pytest
 
 from sat_theory.cli import main
@@ -35,9 +37,42 @@ def test_bench_llm_smoke_json(capsys):
     assert rs["same_batch"]["naive"]["rollouts"] == stages
     assert rs["same_batch"]["sat"]["episodes"] == n * rs["same_batch"]["naive"]["episodes"]
     assert rs["matched_budget"]["sat"]["episodes"] == rs["same_batch"]["naive"]["episodes"]
-    # batched rollout, KL monitor of agent 1 and of agent 2
-    assert [t["benchmark"] for t in obj["targets"]] == ["llm", "llm", "llm"]
+    # batched rollout, KL monitor of agent 1 and of agent 2, and (with trl) ours vs TRL
+    has_trl = importlib.util.find_spec("trl") is not None
+    assert [t["benchmark"] for t in obj["targets"]] == ["llm"] * (4 if has_trl else 3)
     assert all(isinstance(t["met"], bool) for t in obj["targets"])
+    assert ("vs_trl" in r) == has_trl
+    if has_trl:
+        _check_vs_trl(r["vs_trl"])
+
+
+def _check_vs_trl(v):
+    """One warm-up and ``reps`` timed steps of each; every one of ours an update on B·G turns."""
+    assert len(v["ours"]) == len(v["trl"]) == v["reps"] + 1
+    B, G = v["prompts"], v["group_size"]
+    assert all(o["opt_steps"] == 1 for o in v["ours"])  # minibatch = B·G: one AdamW step
+    for row in v["ours"] + v["trl"]:
+        assert row["step"] > 0 and 0 < row["tokens"] <= B * G * v["max_new_tokens"]
+    steps = [o["step"] for o in v["ours"][1:]]
+    assert v["ours_step_median"] == float(np.median(steps))
+    assert v["ratio"] == v["trl_step_median"] / v["ours_step_median"]
+
+
+def test_bench_vs_trl_smoke(tmp_path):
+    pytest.importorskip("trl", reason="trl (the peer) is not installed: pip install -e '.[dev]'")
+    folder = str(bench_dir())
+    sys.path.insert(0, folder)
+    try:
+        import bench_llm
+
+        res = bench_llm.main_vs_trl(bench_llm.SMOKE, out=str(tmp_path / "trl.json"), verbose=False)
+    finally:
+        sys.path.remove(folder)
+    v = res["models"]["tiny-random"]
+    _check_vs_trl(v)
+    assert [t["target"] for t in res["targets"]] == [
+        "tiny-random: TRL GRPOTrainer step / our step (n = 1), paired median"]
+    assert json.loads((tmp_path / "trl.json").read_text())["rows"][0]["model"] == "tiny-random"
 
 
 def test_bench_llm_skipped_without_dependencies(capsys, monkeypatch):

@@ -35,7 +35,22 @@ For each model (``tiny-random``; the full run adds ``smollm2-135m``), all throug
 5. **Scaling** (item 5): ``team.rollout(B, G)`` wall time vs G and vs n (agents = turns per
    episode), log-log fits ``log t = a + b log x``.
 
-Run: ``python experiments/benchmarks/bench_llm.py [--quick] [--out PATH]``.
+6. **One n = 1 step, ours vs TRL's ``GRPOTrainer``** (issue 12 item 3): wall time of one full
+   training step — rollout (B prompts × G samples) + update (one AdamW step on all B·G
+   completions, β = 0) — of ``LLMTeam`` with one agent and of TRL 1.16's trainer built by
+   ``experiments/peer_trl.py`` with identical settings (base, LoRA r/α/targets, prompts, G,
+   B, lr, max new tokens, temperature, stop tokens, the same lowercase-fraction reward;
+   TRL ``loss_type="luspo"`` at sequence level, the loss whose update equals ours,
+   ``tests/test_trl_oracle.py``). Interleaved in one process: TRL's ``train()`` runs the
+   steps and a callback runs one of ours before or after each TRL step (alternating), each
+   timed alone; the first step of each is a warm-up. Medians over the repetitions, their
+   ratio, and the median of the per-step ratios of the back-to-back pairs (robust to a load
+   that drifts during the run: the target, t(TRL) / t(ours) ≥ 1). Also per generated token (the two sample different lengths)
+   and ours with the exact-KL monitor that ``run_stage`` adds to each step. Skipped (with a
+   note) when trl is missing.
+
+Run: ``python experiments/benchmarks/bench_llm.py [--quick] [--out PATH]``;
+``--vs-trl`` runs only section 6 (results ``bench_llm_trl*.json``).
 ``--quick``: tiny-random only, small settings (~1 min); full adds smollm2-135m (~5-10 min).
 """
 
@@ -82,6 +97,12 @@ class ModelBench:
                                      metadata={"help": "n of the rollout-time series (G=4)"})
     load_subprocess: bool = field(default=False, metadata={
         "help": "first/second load in fresh processes with an empty cache (GGUF models)"})
+    trl_reps: int = field(default=4, metadata={
+        "help": "timed steps of ours vs TRL's GRPOTrainer (after one warm-up each; 0: skip)"})
+    trl_prompts: int = field(default=2, metadata={"help": "prompts B per step, ours vs TRL"})
+    trl_group_size: int = field(default=4, metadata={"help": "samples G per prompt, ours vs TRL"})
+    trl_temperature: float = field(default=0.7, metadata={"help": "sampling temperature, ours vs TRL"})
+    trl_lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate, ours vs TRL"})
 
 
 @dataclass
@@ -98,7 +119,7 @@ TINY_FULL = ModelBench()
 SMOL_FULL = ModelBench(model="smollm2-135m", max_new_tokens=16, prompts=2, group_size=4,
                        rounds=2, kl_prompts=2, kl_group_size=4, occ_prompts=2, occ_group_size=2,
                        occ_stages=1, scale_G=(1, 2, 4, 8), scale_n=(1, 2), load_subprocess=True,
-                       kl_more_epochs=(2,))
+                       kl_more_epochs=(2,), trl_reps=5)
 FULL = LLMBenchConfig(models=(TINY_FULL, SMOL_FULL))
 QUICK = LLMBenchConfig(models=(ModelBench(rounds=2, occ_stages=1, scale_G=(1, 2, 4, 8, 16),
                                           scale_n=(1, 2, 4)),))
@@ -106,7 +127,8 @@ QUICK = LLMBenchConfig(models=(ModelBench(rounds=2, occ_stages=1, scale_G=(1, 2,
 SMOKE = LLMBenchConfig(models=(ModelBench(max_new_tokens=4, prompts=1, group_size=2, rounds=1,
                                           kl_prompts=1, kl_group_size=2, kl_more_epochs=(), occ_prompts=2,
                                           occ_group_size=2, occ_stages=1, scale_G=(1, 2),
-                                          scale_n=(1, 2)),))
+                                          scale_n=(1, 2), trl_reps=1, trl_prompts=1,
+                                          trl_group_size=2),))
 
 
 def available() -> str | None:
@@ -409,6 +431,142 @@ def bench_scaling(team, mb: ModelBench, cfg: LLMBenchConfig) -> dict:
     return {"series": {"rollout_vs_G": series_G, "rollout_vs_n": series_n}, "fits": fits}
 
 
+# ------------------------------------------------------------------ 6. one step vs TRL
+def trl_available() -> str | None:
+    """``None`` if TRL's trainer can be built here; else the reason (one line)."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from experiments.peer_trl import trl_available as peer
+
+    return peer()
+
+
+def bench_vs_trl(mb: ModelBench, cfg: LLMBenchConfig) -> dict:
+    """Section 6 of the module docstring: ``{"ours": [...], "trl": [...], medians, ratios}``."""
+    import torch
+    from transformers import TrainerCallback
+
+    from experiments.peer_trl import grpo_trainer
+    from sat_theory.estimators import group_advantages
+
+    B, G = mb.trl_prompts, mb.trl_group_size
+    team = make_team(mb, cfg, agents=1, temperature=mb.trl_temperature, lr=mb.trl_lr,
+                     minibatch=B * G)  # one optimizer step per update, as TRL's
+    c = team.cfg
+    ours: list[dict] = []
+
+    def our_step():
+        t0 = time.perf_counter()
+        batch = team.rollout(B, G)
+        t1 = time.perf_counter()
+        ref = team.snapshot(0)
+        adv_ep = group_advantages(batch.returns, batch.groups)
+        info = team.update(0, batch, adv_ep[[i for i, _ in batch.turns_of(0)]], 0.0, ref)
+        t2 = time.perf_counter()
+        team.kl(0, batch, ref)  # the trust-region monitor run_stage adds (not in the step)
+        t3 = time.perf_counter()
+        ours.append(dict(step=t2 - t0, rollout=t1 - t0, update=t2 - t1, kl=t3 - t2,
+                         tokens=int(batch.extra["tokens"]), opt_steps=info["opt_steps"]))
+
+    class Interleave(TrainerCallback):
+        """Our step before TRL's odd steps and after its even ones; TRL's step timed alone."""
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.k = state.global_step
+            if self.k % 2 == 1:
+                our_step()
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            trl_times.append(time.perf_counter() - self.t0)
+            if self.k % 2 == 0:
+                our_step()
+
+    trl_times: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="bench_trl_") as tmp:
+        tr = grpo_trainer(mb.model, team.task, team.train_pool, lora_r=c.lora_r,
+                          lora_alpha=c.lora_alpha, lora_targets=c.lora_targets, group_size=G,
+                          prompts_per_step=B, lr=c.lr, max_new_tokens=c.max_new_tokens,
+                          temperature=c.temperature, seed=cfg.seed, out_dir=tmp,
+                          steps=mb.trl_reps + 1, grad_clip=c.grad_clip, loss_type="luspo",
+                          importance_sampling_level="sequence")
+        tr.add_callback(Interleave())
+        torch.manual_seed(cfg.seed)
+        tr.train()
+    logs = [r for r in tr.state.log_history if "completions/mean_length" in r]
+    trl = [dict(step=t, tokens=int(round(r["completions/mean_length"] * B * G)),
+                trl_step_time=r.get("step_time")) for t, r in zip(trl_times, logs, strict=True)]
+    o, t = ours[1:], trl[1:]  # step 0 of each: warm-up
+
+    def med(rows, key):
+        return float(np.median([r[key] for r in rows]))
+
+    def per_tok(rows):
+        return float(np.median([r["step"] / max(r["tokens"], 1) for r in rows]))
+
+    return {"prompts": B, "group_size": G, "max_new_tokens": c.max_new_tokens,
+            "temperature": c.temperature, "lr": c.lr, "lora": [c.lora_r, c.lora_alpha, list(c.lora_targets)],
+            "trl_loss_type": "luspo (sequence level)", "reps": len(o), "ours": ours, "trl": trl,
+            "ours_step_median": med(o, "step"), "trl_step_median": med(t, "step"),
+            "ours_rollout_median": med(o, "rollout"), "ours_update_median": med(o, "update"),
+            "ours_kl_median": med(o, "kl"),
+            "ours_tokens_median": med(o, "tokens"), "trl_tokens_median": med(t, "tokens"),
+            "ratio": med(t, "step") / med(o, "step"),
+            # step k of each ran back to back: their ratio is robust to load that drifts
+            "ratio_paired": float(np.median([b["step"] / a["step"] for a, b in zip(o, t, strict=True)])),
+            "ratio_with_kl_monitor": med(t, "step") / float(np.median([r["step"] + r["kl"] for r in o])),
+            "ratio_per_token": per_tok(t) / per_tok(o),
+            "ours_updates_skipped": sum(r["opt_steps"] == 0 for r in o)}
+
+
+def trl_row(name: str, r: dict) -> dict:
+    return {"model": name, "B x G": f"{r['prompts']} x {r['group_size']}",
+            "new_tokens": r["max_new_tokens"], "reps": r["reps"],
+            "ours_s": r["ours_step_median"], "ours_rollout_s": r["ours_rollout_median"],
+            "ours_update_s": r["ours_update_median"], "trl_s": r["trl_step_median"],
+            "ours_tok": r["ours_tokens_median"], "trl_tok": r["trl_tokens_median"],
+            "trl/ours": r["ratio"], "paired": r["ratio_paired"], "per_token": r["ratio_per_token"],
+            "with_kl": r["ratio_with_kl_monitor"], "kl_s": r["ours_kl_median"]}
+
+
+def trl_target(name: str, r: dict) -> dict:
+    return target_line(f"{name}: TRL GRPOTrainer step / our step (n = 1), paired median",
+                       r["ratio_paired"], 1.0)
+
+
+def main_vs_trl(cfg: LLMBenchConfig, out: str | None = None, verbose: bool = True,
+                tag: str = "") -> dict:
+    """Only section 6, for every model of ``cfg`` (``--vs-trl``)."""
+    import torch
+
+    torch.set_num_threads(cfg.threads)
+    info = machine_info()
+    info["torch_threads"] = torch.get_num_threads()
+    reason = available() or trl_available()
+    if reason is not None:
+        if verbose:
+            print(f"ours vs TRL skipped: {reason}")
+        return {"benchmark": "llm_trl", "skipped": reason, "targets": []}
+    import trl
+
+    info["versions"].update({m: getattr(__import__(m), "__version__", None)
+                             for m in ("torch", "transformers", "peft")}, trl=trl.__version__)
+    models = {}
+    for mb in cfg.models:
+        before = [round(x, 2) for x in os.getloadavg()]
+        models[mb.model] = {**bench_vs_trl(mb, cfg), "loadavg_before": before,
+                            "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
+    rows = [trl_row(k, r) for k, r in models.items()]
+    targets = [trl_target(k, r) for k, r in models.items()]
+    result = {"benchmark": "llm_trl", "config": asdict(cfg), "machine": info, "models": models,
+              "rows": rows, "targets": targets}
+    path = save_json(result, "bench_llm_trl" + tag, out)
+    if verbose:
+        print(fmt_table(rows, list(rows[0])))
+        print_targets(targets, path)
+    return result
+
+
 # ------------------------------------------------------------------ driver
 def bench_model(mb: ModelBench, cfg: LLMBenchConfig, verbose: bool) -> dict:
     def say(msg):
@@ -447,6 +605,10 @@ def bench_model(mb: ModelBench, cfg: LLMBenchConfig, verbose: bool) -> dict:
     out["resampling"] = rs = bench_resampling(mb, cfg)
     say(f"resampling: tokens +{rs['token_overhead_same_batch']:.1%} (same batch), "
         f"{rs['token_overhead_matched']:+.1%} (matched budget)")
+    if mb.trl_reps and trl_available() is None:
+        out["vs_trl"] = vt = bench_vs_trl(mb, cfg)
+        say(f"one n=1 step: ours {vt['ours_step_median']:.2f}s, TRL {vt['trl_step_median']:.2f}s "
+            f"(TRL/ours {vt['ratio']:.2f}x)")
     out["seconds"] = time.perf_counter() - t0
     out["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     return out
@@ -478,6 +640,8 @@ def main(quick: bool = False, out: str | None = None, cfg: LLMBenchConfig | None
         targets.append(target_line(f"{name}: exact-KL monitor / update time, agent 2",
                                    r["kl_agent2"]["kl_over_update"], cfg.kl_goal,
                                    higher_is_better=False))
+        if "vs_trl" in r:
+            targets.append(trl_target(name, r["vs_trl"]))
     rows = [{"model": k, "batched_tok_s": r["throughput"]["batched_tok_s"],
              "per_sample_tok_s": r["throughput"]["per_sample_tok_s"],
              "speedup": r["throughput"]["speedup"],
@@ -502,6 +666,9 @@ def main(quick: bool = False, out: str | None = None, cfg: LLMBenchConfig | None
     path = save_json(result, "bench_llm" + ("_quick" if quick else ""), out)
     if verbose:
         print(fmt_table(rows, list(rows[0])))
+        trl_rows = [trl_row(k, r["vs_trl"]) for k, r in models.items() if "vs_trl" in r]
+        if trl_rows:
+            print(fmt_table(trl_rows, list(trl_rows[0])))
         print_targets(targets, path)
     return result
 
@@ -512,8 +679,17 @@ if __name__ == "__main__":
     ap.add_argument("--smoke", action="store_true", help="seconds; checks that it runs")
     ap.add_argument("--out", help="JSON output path (default results/bench_llm.json)")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1)")
+    ap.add_argument("--vs-trl", action="store_true",
+                    help="only the n = 1 step of ours vs TRL's GRPOTrainer (section 6)")
+    ap.add_argument("--model", default=None, help="only this model's settings (e.g. smollm2-135m)")
     a = ap.parse_args()
     c = SMOKE if a.smoke else (QUICK if a.quick else FULL)
-    if a.threads is not None:
-        c = LLMBenchConfig(**{**asdict(c), "models": c.models, "threads": a.threads})
-    main(quick=a.quick, out=a.out, cfg=c)
+    models = tuple(m for m in c.models if a.model in (None, m.model))
+    if not models:
+        ap.error(f"no settings for model {a.model!r} in this configuration")
+    c = LLMBenchConfig(**{**asdict(c), "models": models,
+                          "threads": c.threads if a.threads is None else a.threads})
+    if a.vs_trl:
+        main_vs_trl(c, out=a.out, tag="_smoke" if a.smoke else ("_quick" if a.quick else ""))
+    else:
+        main(quick=a.quick, out=a.out, cfg=c)
