@@ -28,7 +28,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from sat_theory.verify import run_checks
+from sat_theory.verify import load_checks, run_checks
+
+# import every check module now: a module first imported while a mutant is in place would
+# bind the mutant by `from … import` and keep it after the test restores the original
+load_checks()
 
 
 @dataclass(frozen=True)

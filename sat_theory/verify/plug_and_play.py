@@ -260,8 +260,9 @@ def certificate_tightening(*, quick: bool = False, seed: int = 0,
                 f"bound in {earlier_drop} of {earlier_total} cases (by up to {worst_drop:.3g}; "
                 "later L_i, δ_i and A_max move with it): TeamTR Prop 3.9's 'the lower bound in "
                 "Thm 3.6 does not decrease' holds term by term (ceteris paribus), not for the "
-                "realized stage; saved counterexample: "
-                "experiments/counterexamples/tightening_earlier_agent.npz"]
+                "realized stage; one such case is saved in "
+                "experiments/counterexamples/tightening_earlier_agent.npz (regenerate: python "
+                "experiments/counterexamples/tightening_earlier_agent.py)"]
     if example:
         findings.append("e.g. " + example)
     return T.result(name, findings, tightness=False)
