@@ -24,10 +24,10 @@ def test_table_grouped_by_section(capsys):
     rc = main(["verify", "--quick", "--only", FAST])
     out = capsys.readouterr().out
     assert rc == 0
-    assert "== THEORY §2 exact identities ==" in out
-    assert "== THEORY §3 divergences ==" in out
-    # sections in THEORY order, the §2 table before the §3 one
-    assert out.index("THEORY §2") < out.index("THEORY §3")
+    # sections name the theory document's sections, in its order
+    assert "== docs/theory.md §2 exact identities ==" in out
+    assert "== docs/theory.md §3 divergences ==" in out
+    assert out.index("theory.md §2") < out.index("theory.md §3")
     assert "2/2 checks passed" in out
 
 
