@@ -226,11 +226,6 @@ class EpisodeLoop:
     def _begin_rollout(self) -> None:
         """Called before a rollout's episodes are generated."""
 
-    def _generated_versions(self) -> tuple:
-        """The parameter versions that generated the rollout just played (checked by a team
-        whose engine reports what it served); the team's current versions by default."""
-        return self.version
-
     def _run_episodes(self, problems: list[Problem], *, greedy: bool):
         """Play the protocol on ``problems`` (one episode each). Returns per-episode
         ``(turns, history, score)`` with turns ``(agent, t, ctx_ids, msg_ids, logp)``."""
@@ -288,7 +283,7 @@ class EpisodeLoop:
                      tokens=int(sum(len(m) for tr, *_ in eps for *_, m, _ in tr)),
                      **self._rollout_extra())
         self.last_batch = Batch(episodes=episodes, rollout_id=self._rollouts, extra=extra,
-                                versions=self._generated_versions())
+                                versions=self.version)
         return self.last_batch
 
     def evaluate(self) -> float:
@@ -302,6 +297,19 @@ class EpisodeLoop:
             self._eval_cache[key] = float(np.mean([s for *_, s in eps]))
             self.last_eval = [(h, s) for _, h, s in eps]
         return self._eval_cache[key]
+
+    def eval_records(self) -> list[dict]:
+        """Per-problem results of the latest held-out evaluation (what ``eval_{k}.jsonl``
+        holds, so anyone can recompute the accuracy): ``id`` (index in the held-out set),
+        ``prompt``, ``answer``, ``final`` (the last agent's message, which is scored),
+        ``score`` and ``correct`` (``score == 1``). Empty before the first evaluation."""
+        out = []
+        for i, (p, (hist, score)) in enumerate(zip(self.eval_set, getattr(self, "last_eval", []),
+                                                    strict=False)):
+            final = next((txt for who, txt in reversed(hist) if who.startswith("agent")), "")
+            out.append(dict(id=i, prompt=p.prompt, answer=p.answer, final=final,
+                            score=float(score), correct=bool(score == 1.0)))
+        return out
 
     # ------------------------------------------------------------ runner hooks
     #: file format of :meth:`save` (the runner names saved policies ``stage{k}.<format>``)
@@ -324,47 +332,6 @@ class EpisodeLoop:
                     lr=update.get("lr"), micro_batch=update.get("micro_batch"),
                     tokens=batch.extra.get("tokens"), logp_diff_mean=chk.get("mean_abs"),
                     logp_diff_max=chk.get("max_abs"), peak_memory_bytes=max(peaks, default=None))
-
-    def stage_metrics(self, record: dict) -> dict:
-        """``eval_accuracy``: the held-out accuracy after the stage (= ``J_after``)."""
-        return dict(eval_accuracy=record["J_after"])
-
-    def save(self, path: str) -> None:
-        """Every agent's adapter weights, ``agent{j}.{name}`` tensors, in one safetensors file."""
-        from safetensors.torch import save_file
-
-        from sat_theory.checkpoint import write_atomic
-
-        weights = self.state_dict()["weights"]
-        flat = {f"agent{j}.{k}": t.detach().cpu().contiguous().clone()
-                for j, w in enumerate(weights) for k, t in w.items()}
-        write_atomic(path, lambda tmp: save_file(flat, str(tmp)))
-
-    def eval_records(self) -> list[dict]:
-        """Per-problem results of the latest held-out evaluation (what ``eval_{k}.jsonl``
-        holds, so anyone can recompute the accuracy): ``id`` (index in the held-out set),
-        ``prompt``, ``answer``, ``final`` (the last agent's message, which is scored),
-        ``score`` and ``correct`` (``score == 1``). Empty before the first evaluation."""
-        out = []
-        for i, (p, (hist, score)) in enumerate(zip(self.eval_set, getattr(self, "last_eval", []),
-                                                    strict=False)):
-            final = next((txt for who, txt in reversed(hist) if who.startswith("agent")), "")
-            out.append(dict(id=i, prompt=p.prompt, answer=p.answer, final=final,
-                            score=float(score), correct=bool(score == 1.0)))
-        return out
-
-    # ------------------------------------------------------------ runner hooks
-    #: file format of :meth:`save` (the runner names saved policies ``stage{k}.<format>``)
-    policy_format = "safetensors"
-
-    def step_metrics(self, agent: int, batch: Batch, update: dict, kl: dict) -> dict:
-        """LLM fields of a step record, from the step's own update and KL results (so a
-        resumed run logs the same): ``kl_sampled``, ``kl_per_token``, ``n_tokens``,
-        ``loss``, ``grad_norm``, ``opt_steps``, ``lr`` and the batch's generated ``tokens``."""
-        return dict(kl_sampled=kl.get("kl_sampled"), kl_per_token=kl.get("kl_per_token"),
-                    n_tokens=kl.get("n_tokens"), loss=update.get("loss"),
-                    grad_norm=update.get("grad_norm"), opt_steps=update.get("opt_steps"),
-                    lr=update.get("lr"), tokens=batch.extra.get("tokens"))
 
     def stage_metrics(self, record: dict) -> dict:
         """``eval_accuracy``: the held-out accuracy after the stage (= ``J_after``)."""
@@ -502,7 +469,6 @@ class LLMTeam(EpisodeLoop):
         self._opt = [self._make_opt(j) for j in range(self.n_agents)]
         self._version = [0] * self.n_agents
         self._micro = [cfg.micro_batch or cfg.minibatch] * self.n_agents
-        self._served: dict[int, set] = {}
         self._gen_cap = [math.inf] * self.n_agents
         self._logp_stats = [0.0, 0, 0.0]  # Σ|Δ|, tokens, max|Δ| of the behaviour log-prob check
         self._rescored = 0
@@ -623,7 +589,11 @@ class LLMTeam(EpisodeLoop):
                                   temperature=cfg.temperature, stop_ids=stop,
                                   pad_id=tok.pad_token_id, greedy=greedy)
                 v = self._version[k]
-            self._served.setdefault(k, set()).add(int(v))
+            if v != self._version[k]:  # intermediate occupancy: the predecessors just updated
+                raise RolloutMismatchError(
+                    f"agent {k}'s messages were generated by adapter version {v}, but the "
+                    f"team's agent {k} is version {self._version[k]} (the engine was not "
+                    "synced after an update)")
             return m_, (l_ if greedy else self._check_logps(k, ctxs[a:b], m_, l_))
 
         parts, size = in_chunks(len(ctxs), min(chunk, self._gen_cap[k]), run,
@@ -661,24 +631,13 @@ class LLMTeam(EpisodeLoop):
         return lps
 
     def _begin_rollout(self) -> None:
-        self._served, self._logp_stats, self._rescored = {}, [0.0, 0, 0.0], 0
+        self._logp_stats, self._rescored = [0.0, 0, 0.0], 0
         self.peak_memory(reset=True)
 
     def peak_memory(self, reset: bool = False) -> int:
         """Peak memory in bytes since the last reset over the team's devices
         (:func:`sat_llm.models.memory_peak`: CUDA allocated, CPU resident set)."""
         return max(memory_peak(d, reset) for d in sorted(set(self.devices), key=str))
-
-    def _generated_versions(self) -> tuple:
-        """Every agent's version at generation, after checking that each speaker was served by
-        its current adapter (intermediate occupancy: the predecessors just updated)."""
-        for j, served in sorted(self._served.items()):
-            if served != {self._version[j]}:
-                raise RolloutMismatchError(
-                    f"rollout {self._rollouts}: agent {j}'s messages were generated by "
-                    f"adapter version(s) {sorted(served)}, but the team's agent {j} is version "
-                    f"{self._version[j]} (the engine was not synced after an update)")
-        return self.version
 
     def logp_tolerance(self) -> float:
         """Largest mean per-token |Δ log π| the behaviour log-prob check tolerates (the
@@ -706,9 +665,16 @@ class LLMTeam(EpisodeLoop):
             tl = message_logprobs(logp, toks, mask).double().cpu().numpy()
             return [tl[i, :len(m)] for i, m in enumerate(msgs[a:b])]
 
-        parts, _ = in_chunks(len(ctxs), self._micro[agent], run, what=f"scoring (agent {agent})",
-                             device=self.devices[agent])
+        parts = self._chunked(agent, len(ctxs), run, "scoring")
         return [r for p in parts for r in p]
+
+    def _chunked(self, agent: int, n: int, fn, what: str) -> list:
+        """:func:`in_chunks` of the agent's no-grad passes in micro-batches; a size halved on
+        an out-of-memory error stays halved for the agent."""
+        parts, size = in_chunks(n, self._micro[agent], fn, what=f"{what} (agent {agent})",
+                                device=self.devices[agent])
+        self._micro[agent] = min(self._micro[agent], size)
+        return parts
 
     # ---------------------------------------------------------------- parameters
     def snapshot(self, agent: int) -> AgentSnapshot:
@@ -746,8 +712,7 @@ class LLMTeam(EpisodeLoop):
                                       temperature=self.cfg.temperature, dtype=torch.float64,
                                       share_prefix=True)
 
-        out, _ = in_chunks(len(ctxs), self._micro[agent], run,
-                           what=f"reference scoring (agent {agent})", device=self.devices[agent])
+        out = self._chunked(agent, len(ctxs), run, "reference scoring")
         self._ref_cache = (key, out)
         return out
 
@@ -926,8 +891,7 @@ class LLMTeam(EpisodeLoop):
                     sampled_sequence_kl(tok_ref, tok_new, mask).double(),
                     tok_new.sum(-1).double(), int(mask.sum()))
 
-        parts, _ = in_chunks(len(ctxs), self._micro[agent], run, what=f"KL monitor (agent {agent})",
-                             device=self.devices[agent])
+        parts = self._chunked(agent, len(ctxs), run, "KL monitor")
         ex, sa, lp = (torch.cat([p[i] for p in parts]).cpu().numpy() for i in range(3))
         n_tok = sum(p[3] for p in parts)
         res = dict(kl=float(ex.mean()), kl_max=float(ex.max()), kl_sampled=float(sa.mean()),
