@@ -199,3 +199,7 @@ def test_llm_runs_killed_anywhere_resume_exactly(tmp_path, method, _llm_env):
     for a, b in zip(full, killed, strict=True):
         assert a == b, (a["kind"], a.get("stage"), a.get("step"),
                         {k: (a[k], b.get(k)) for k in a if a[k] != b.get(k)})
+    for k in range(3):  # per-problem held-out results after k stages, also after kills
+        name = f"eval_{k}.jsonl"
+        assert (tmp_path / "full" / name).read_text() == (tmp_path / "killed" / name).read_text()
+        assert (tmp_path / "full" / name).read_text().count("\n") == 2  # --n-eval 2
