@@ -473,7 +473,8 @@ class RayTeam(EpisodeLoop):
         return dict(weights=[s["weights"] for s in states], optim=[s["optim"] for s in states],
                     torch_rng=self._torch_rng.clone(), np_rng=self.rng.bit_generator.state,
                     rollouts=self._rollouts, version=list(self._version),
-                    version_counter=self._version_counter, eval_cache=dict(self._eval_cache))
+                    version_counter=self._version_counter, eval_cache=dict(self._eval_cache),
+                    last_eval=list(self.last_eval))
 
     def load_state_dict(self, d: dict) -> None:
         self._get([a.load_state.remote(dict(weights=d["weights"][j], optim=d["optim"][j],
@@ -485,6 +486,7 @@ class RayTeam(EpisodeLoop):
         self._version = list(d["version"])
         self._version_counter = int(d["version_counter"])
         self._eval_cache = dict(d.get("eval_cache", {}))
+        self.last_eval = list(d.get("last_eval", []))  # eval_records() of a cached evaluation
         self._subs = {}
 
     def close(self) -> None:
