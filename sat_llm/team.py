@@ -352,8 +352,13 @@ class EpisodeLoop:
 def strict_float32() -> None:
     """Switch TF32 off explicitly: float32 matrix products and convolutions in full IEEE
     precision on every device (the exact-KL monitor is a certificate input)."""
-    torch.backends.cuda.matmul.fp32_precision = "ieee"
-    torch.backends.cudnn.fp32_precision = "ieee"
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch >= 2.9
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+        torch.backends.cudnn.fp32_precision = "ieee"
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
 
 
 def _float32_adapters(pm) -> None:
