@@ -110,7 +110,9 @@ class LLMBackend:
         llm_cfg = build_llm_config(args)
         from .tasks import make_task
 
-        make_task(llm_cfg.task, llm_cfg.prompts, **llm_cfg.task_options)  # unknown task: now
+        # an unknown task or one too small for --n-train + --n-eval fails now, before any work
+        make_task(llm_cfg.task, llm_cfg.prompts, **llm_cfg.task_options).check_sizes(
+            llm_cfg.n_train, llm_cfg.n_eval)
         config = dict(backend=dict(backend="llm", llm=llm_cfg.to_dict(), versions=_versions()))
         if getattr(args, "executor", "serial") == "ray":  # agents as Ray actors
             from .ray_team import ray_options

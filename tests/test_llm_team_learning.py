@@ -66,3 +66,42 @@ def test_study_refuses_to_overwrite_a_run(tmp_path):
     (out / "naive_s0" / "metrics.jsonl").write_text("")
     with pytest.raises(SystemExit):
         study.main(["--method", "naive", "--seed", "0", "--stages", "1", *TINY, "--out", str(out)])
+
+
+def test_a_task_too_small_fails_before_any_model_loads(tmp_path, capsys, monkeypatch):
+    """The README's old example asked one-digit arithmetic (243 problems) for 512 training
+    problems: now one line naming the numbers, exit 2, and no model is ever loaded."""
+    import sat_llm.models as models
+    from sat_theory.cli import main
+
+    def boom(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(models, "load_model", boom)
+    rc = main(["train", "--backend", "llm", "--task-option", "digits=1", "--n-train", "512",
+               "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1
+    assert "243" in err and "512" in err and "--n-eval 200" in err
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+def test_llm_defaults_are_the_studys_settings():
+    """``sat train --backend llm`` with no tuning flags trains with the study's settings."""
+    import argparse
+
+    from sat_llm.cli_args import LLM_DEFAULTS
+    from sat_llm.tasks import make_task
+    from sat_theory.commands.train import add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    a = p.parse_args(["--backend", "llm"])
+    s = study.StudyConfig()
+    assert (a.model, a.max_new_tokens, a.temperature, a.llm_lr, a.minibatch, a.n_train,
+            a.n_eval) == (s.model, s.max_new_tokens, s.temperature, s.lr, s.minibatch,
+                          s.n_train, s.n_eval)
+    assert (LLM_DEFAULTS["groups"], LLM_DEFAULTS["group_size"], LLM_DEFAULTS["delta"]) == (
+        s.prompts, s.group_size, s.delta)
+    t = make_task("arithmetic")
+    assert (t.lo, t.hi, t.ops) == (s.lo, s.hi, s.ops) and t.capacity() == 300

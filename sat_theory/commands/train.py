@@ -94,7 +94,8 @@ def add_arguments(p):
     _num(alg, "--agents", T["agents"], "number of agents (random envs: required size; "
          "otherwise checked)", default=None)
     _num(alg, "--stages", R["stages"], help_["stages"], default=10)
-    _num(alg, "--delta", R["delta"], help_["delta"], default=0.01)
+    _num(alg, "--delta", R["delta"], help_["delta"] + " (default 0.01 tabular, 0.05 llm)",
+         default=None)
     alg.add_argument("--delta-per-agent", default=None,
                      help="comma-separated per-agent radii (overrides --delta) [each > 0]")
     _num(alg, "--seed", R["seed"], "seed of rollouts and the algorithm", default=0)
@@ -268,6 +269,10 @@ def build_config(args, n_agents: int, sampled: bool) -> TrainConfig:
         **{k: getattr(args, k) for k in _ADVANCED if hasattr(args, k)}, **kw)
 
 
+#: the tabular default radius (TeamTR: δ = 0.01); the LLM one is in sat_llm.cli_args
+TABULAR_DELTA = 0.01
+
+
 class TabularBackend:
     """``sat train --backend tabular`` for :mod:`sat_theory.runner`: checks the flags and
     builds a :class:`~sat_theory.tabular_team.TabularTeam` from the saved configuration."""
@@ -280,6 +285,8 @@ class TabularBackend:
 
         if args.out is None:
             raise InputError("--out DIR is required")
+        if args.delta is None:
+            args.delta = TABULAR_DELTA
         if getattr(args, "executor", "serial") != "serial":
             raise InputError("--executor ray runs LLM agents as Ray actors; it needs --backend llm")
         sampled = bool(args.sampled or args.group_size is not None or args.groups is not None)
