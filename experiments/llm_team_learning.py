@@ -314,6 +314,7 @@ def report(out: Path) -> int:
                          gain=gain, gain_ci_lo=lo, gain_ci_hi=hi,
                          ci_excludes_0=bool(lo > 0), best_acc=max(acc),
                          tokens=tokens[-1] if tokens else None,
+                         train_minutes=secs[-1] / 60 if secs else None,
                          wall_minutes=meta["wall_seconds"] / 60))
     if not rows:
         print(f"no finished runs under {out}")
@@ -321,10 +322,24 @@ def report(out: Path) -> int:
     df = pd.DataFrame(rows)
     df.to_csv(out / "summary.csv", index=False)
     _write_json(out / "summary.json", rows)
+    (out / "summary.md").write_text(markdown_table(rows) + "\n")
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(df.round(3).to_string(index=False))
     plot(curves, out)
     return 0
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The summary as a Markdown table (accuracies and gains in points)."""
+    head = ("| run | untrained | final | gain (points) [95% CI] | best | tokens | training min "
+            "| total min |\n|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        lines.append(f"| {r['run']} | {r['acc_untrained']:.3f} | {r['acc_final']:.3f} | "
+                     f"{100 * r['gain']:+.1f} [{100 * r['gain_ci_lo']:+.1f}, "
+                     f"{100 * r['gain_ci_hi']:+.1f}] | {r['best_acc']:.3f} | "
+                     f"{r['tokens']:.0f} | {r['train_minutes']:.1f} | {r['wall_minutes']:.1f} |")
+    return "\n".join(lines)
 
 
 def plot(curves: dict, out: Path) -> None:
