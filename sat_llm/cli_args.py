@@ -84,6 +84,11 @@ def add_arguments(p) -> None:
     num("--n-train", "training problems in the pool (default 100; with --n-eval at most what "
         "the task can supply: arithmetic 0-9 has 300)", default=100)
     num("--n-eval", "held-out problems (team accuracy, greedy; default 200)", default=200)
+    g.add_argument("--init-from", default=None, metavar="FILE",
+                   help="start every agent from a saved team file (policies/stage{k}.safetensors "
+                        "of a run with --save-policies)")
+    g.add_argument("--swap-from", default=None, metavar="FILE[:J]",
+                   help="--swap-kind stronger: agent J's adapter (default 0) of a saved team file")
     g.add_argument("--engine", default="hf",
                    help="rollout engine: hf (transformers) | vllm (GPU multi-LoRA; NOT exercised yet)")
     num("--threads", "torch CPU threads (0: torch's default; 1 is fastest on a busy machine)", default=0)

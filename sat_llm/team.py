@@ -120,6 +120,12 @@ class LLMConfig:
                          "model recomputes to compare with the engine's (0: off)")
     logp_tol: float = _f(0.0, "largest mean per-token |Δ log π| the check tolerates (0: by "
                          "dtype, sat_llm.team.LOGP_TOL)")
+    init_from: str | None = _f(None, "start every agent j from agent j's adapter in a saved team "
+                               "file (policies/stage{k}.safetensors of a run with "
+                               "--save-policies); 'retrain' still resets to fresh adapters")
+    swap_from: str | None = _f(None, "plug-and-play --swap-kind stronger: FILE[:J], agent J's "
+                               "adapter (default 0) in a saved team file, e.g. the final "
+                               "policies of a longer single-agent run")
 
     def __post_init__(self):
         if not isinstance(self.agents, int) or self.agents < 1:
@@ -349,6 +355,40 @@ class EpisodeLoop:
         write_atomic(path, lambda tmp: save_file(flat, str(tmp)))
 
 
+def load_team_file(path: str) -> dict[int, dict]:
+    """``{j: adapter weights}`` of a team file written by :meth:`LLMTeam.save` (safetensors,
+    tensors ``agent{j}.{name}``; no pickle). Bad input is one :class:`InputError` line."""
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"no team file {path!r}")
+    try:
+        from safetensors.torch import load_file
+
+        flat = load_file(str(p))
+    except Exception as e:  # safetensors raises its own types for a non-safetensors file
+        raise InputError(f"{path} is not a safetensors team file ({type(e).__name__})") from None
+    out: dict[int, dict] = {}
+    for key, t in flat.items():
+        head, _, name = key.partition(".")
+        if not (head.startswith("agent") and head[5:].isdigit() and name):
+            raise InputError(f"{path}: tensor {key[:80]!r} is not named agent<j>.<parameter>")
+        out.setdefault(int(head[5:]), {})[name] = t.float()
+    return out
+
+
+def swap_adapter(spec: str) -> dict:
+    """Agent ``J``'s adapter weights of ``FILE[:J]`` (default ``J = 0``)."""
+    path, sep, j = spec.rpartition(":")
+    if not sep or not j.isdigit():
+        path, j = spec, "0"
+    saved = load_team_file(path)
+    if int(j) not in saved:
+        raise InputError(f"{path} holds no adapter for agent {j} (has {sorted(saved)})")
+    return saved[int(j)]
+
+
 def strict_float32() -> None:
     """Switch TF32 off explicitly: float32 matrix products and convolutions in full IEEE
     precision on every device (the exact-KL monitor is a certificate input)."""
@@ -471,6 +511,13 @@ class LLMTeam(EpisodeLoop):
                 self._add_adapter(self._bases[key][0], f"agent{j}")
             self._agent_base.append(key)
         self._init_weights = [self._get_weights(j) for j in range(self.n_agents)]
+        if cfg.init_from:  # after _init_weights: those stay the fresh adapters
+            saved = load_team_file(cfg.init_from)
+            missing = [j for j in range(self.n_agents) if j not in saved]
+            if missing:
+                raise InputError(f"{cfg.init_from} holds no adapter for agent(s) {missing}")
+            for j in range(self.n_agents):
+                self._set_weights(j, saved[j])
         self._opt = [self._make_opt(j) for j in range(self.n_agents)]
         self._version = [0] * self.n_agents
         self._micro = [cfg.micro_batch or cfg.minibatch] * self.n_agents
@@ -908,12 +955,22 @@ class LLMTeam(EpisodeLoop):
     # ---------------------------------------------------------------- plug-and-play
     def new_agent(self, agent: int, kind: str, seed: int) -> AgentSnapshot:
         """A replacement for ``agent`` on its base (plug-and-play): ``random`` — a LoRA
-        adapter with both factors drawn at random (seeded; a perturbed policy). A
-        ``stronger`` agent needs a stronger model, which this backend cannot invent: that
-        kind is refused with a one-line message."""
+        adapter with both factors drawn at random (seeded; a perturbed policy);
+        ``stronger`` — the adapter named by ``swap_from`` (``FILE[:J]``: agent ``J`` of a
+        saved team file, e.g. a longer-trained single agent), which must have this agent's
+        adapter layout."""
+        if kind == "stronger":
+            if not self.cfg.swap_from:
+                raise InputError("--swap-kind stronger on the LLM backend needs --swap-from "
+                                 "FILE[:J] (a saved team file's adapter)")
+            w = swap_adapter(self.cfg.swap_from)
+            mine = self._get_weights(agent)
+            if set(w) != set(mine) or any(w[k].shape != mine[k].shape for k in mine):
+                raise InputError(f"{self.cfg.swap_from}: adapter layout differs from agent "
+                                 f"{agent}'s (LoRA rank and targets must match)")
+            return AgentSnapshot(agent, self._agent_base[agent], w, None, -1 - int(seed))
         if kind != "random":
-            raise InputError(f"the LLM backend builds only 'random' replacement agents, not "
-                             f"{kind!r} (use --swap-kind random)")
+            raise InputError(f"unknown replacement kind {kind!r}; choose random or stronger")
         gen = torch.Generator().manual_seed(int(seed))
         w = {k: torch.randn(v.shape, generator=gen) * 0.05
              for k, v in self._get_weights(agent).items()}

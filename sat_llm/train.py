@@ -101,9 +101,13 @@ class LLMBackend:
         _apply_defaults(args)
         cfg = make_config(args, args.agents, True)
         if cfg.swap_stage is not None:  # fail now, not after the stages before the swap
-            if cfg.swap_kind != "random":
-                raise InputError("the LLM backend builds only 'random' replacement agents "
-                                 "(use --swap-kind random)")
+            if cfg.swap_kind == "stronger":
+                if not getattr(args, "swap_from", None):
+                    raise InputError("--swap-kind stronger on the LLM backend needs --swap-from "
+                                     "FILE[:J] (a saved team file's adapter)")
+                from .team import swap_adapter
+
+                swap_adapter(args.swap_from)  # a bad file fails now, not at the swap
             if cfg.swap_strategy == "stage0" and cfg.stage0_form != "distill":
                 raise InputError("the LLM backend's Stage-0 is the TeamTR distillation "
                                  "(--stage0-form distill)")
