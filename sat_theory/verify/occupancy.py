@@ -69,7 +69,7 @@ def occupancy_shift_max(*, quick: bool = False, seed: int = 0,
     check_mutation(mutation, name)
     rng = np.random.default_rng([seed, 11])
     T = Tally()
-    extremal = []
+    extremal, shares = [], []
     for c in cases(seed + 1, count(quick, 60, 300)) + trap_cases() + adversarial_cases():
         g = c.mdp.gamma
         ev, ev2 = evaluate(c.mdp, c.current), evaluate(c.mdp, c.target)
@@ -78,11 +78,13 @@ def occupancy_shift_max(*, quick: bool = False, seed: int = 0,
         for i, f in enumerate(_test_functions(ev2.d, ev.d, rng, [expected_advantage(ev2.pi, ev.A)])):
             lhs = abs(float((ev2.d - ev.d) @ f))
             T.upper(lhs, k * tv * np.abs(f).max(), c.label)
+            shares.append((g, lhs, k * tv * np.abs(f).max()))
             if i == 0 and lhs > 0:
                 extremal.append(lhs / (k * tv * np.abs(f).max()))
     return T.result(name, [
         f"extremal f=sign(d'−d): median value/bound {summary(extremal, np.median):.3g}, max "
         f"{summary(extremal, np.max):.3g} (trap MDP, t→0, approaches 1: the constant 2γ/(1−γ) is sharp)",
+        "share of the bound used, max by γ: " + share_by_gamma(shares),
     ])
 
 
@@ -103,7 +105,7 @@ def occupancy_shift_expected(*, quick: bool = False, seed: int = 0,
     check_mutation(mutation, name)
     rng = np.random.default_rng([seed, 12])
     T = Tally()
-    first, second, flipped_fail = [], [], 0
+    first, second, flipped_fail, shares1, shares2 = [], [], 0, [], []
     for c in cases(seed + 2, count(quick, 60, 300)) + trap_cases() + adversarial_cases():
         g = c.mdp.gamma
         ev, ev2 = evaluate(c.mdp, c.current), evaluate(c.mdp, c.target)
@@ -125,6 +127,8 @@ def occupancy_shift_expected(*, quick: bool = False, seed: int = 0,
             ok2 = b1 <= b2 + HOLD_TOL * (1 + abs(b2))
             T.record(ok1 and ok2, min(b1 - lhs, b2 - b1), b2 / lhs if lhs > 1e-12 else None,
                      f"{c.label}: |Δ| {lhs:.6g}, E-TV bound {b1:.6g}, KL bound {b2:.6g}")
+            shares1.append((g, lhs, b1))
+            shares2.append((g, lhs, b2))
             if lhs > 1e-12:
                 first.append(b1 / lhs)
             if b1 > 0 and np.isfinite(b2):
@@ -133,6 +137,8 @@ def occupancy_shift_expected(*, quick: bool = False, seed: int = 0,
                 flipped_fail += 1
     return T.result(name, [
         f"E-TV form: median bound/value {summary(first, np.median):.3g}, min {summary(first, np.min):.3g}",
+        "share of the E-TV bound used, max by γ: " + share_by_gamma(shares1),
+        "share of the √D (KL) bound used, max by γ: " + share_by_gamma(shares2),
         f"Pinsker step (√(D/2) vs E TV): median ratio {summary(second, np.median):.3g} — the KL form is "
         "the E-TV form inflated by this factor",
         f"flipped KL direction (E_d KL_s(π'‖π)) in the √D form: {flipped_fail} violations — "
