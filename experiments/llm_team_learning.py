@@ -60,6 +60,9 @@ METHODS = {
     "single": (["--method", "sat", "--agents", "1"], 4),
 }
 PEERS = ("trl", "comlrl")
+#: plug-and-play (TeamTR Fig. 6 with LLM agents): the trained SAT team of the same seed, its
+#: agent 2 (the final answerer) replaced before stage 0 by the longer-trained single agent
+SWAPS = {"swap-direct": "direct", "swap-stage0": "stage0", "swap-retrain": "retrain"}
 
 
 def _f(default, help_):
@@ -88,6 +91,7 @@ class StudyConfig:
     n_train: int = _f(100, "training problems in the pool (with n_eval: at most the task's 300)")
     n_eval: int = _f(200, "held-out problems, disjoint from the training pool")
     threads: int = _f(1, "torch threads per run (2 cores: at most two runs at once)")
+    swap_stages: int = _f(4, "plug-and-play: stages trained after the swap")
 
     def train_flags(self) -> list[str]:
         return ["--backend", "llm", "--model", self.model, "--task", "arithmetic",
@@ -110,13 +114,35 @@ def _has_checkpoint(d: Path) -> bool:
     return any(d.glob("checkpoint*"))
 
 
+def final_team_file(d: Path) -> Path:
+    """The last saved team file of a finished run (``policies/stage{K}.safetensors``)."""
+    files = sorted(d.glob("policies/stage*.safetensors"),
+                   key=lambda p: int(p.stem[5:]) if p.stem[5:].isdigit() else -1)
+    if not files or not files[-1].stem[5:].isdigit():
+        raise SystemExit(f"{d} has no saved policies: run it first (the study saves them)")
+    return files[-1]
+
+
+def swap_flags(cfg: StudyConfig, method: str, seed: int, out: Path) -> list[str]:
+    """``sat train`` flags of a plug-and-play run (:data:`SWAPS`)."""
+    team = final_team_file(run_dir(out, "sat", seed))
+    strong = final_team_file(run_dir(out, "single", seed))
+    return ["--method", "sat", "--agents", "2", "--init-from", str(team), "--swap-stage", "0",
+            "--swap-agent", "1", "--swap-kind", "stronger", "--swap-from", f"{strong}:0",
+            "--swap-strategy", SWAPS[method]]
+
+
 def run_ours(cfg: StudyConfig, method: str, seed: int, out: Path, resume: bool,
              stages: int | None = None) -> Path:
     """Train one of our methods through ``sat train`` (the same command a user runs)."""
     from sat_theory.cli import main as sat
 
     d = run_dir(out, method, seed)
-    flags, per_budget = METHODS[method]
+    if method in SWAPS:
+        flags, per_budget = swap_flags(cfg, method, seed, out), 0
+        stages = stages or cfg.swap_stages
+    else:
+        flags, per_budget = METHODS[method]
     meta_path = d / "study.json"
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     if meta.get("finished"):
@@ -132,7 +158,7 @@ def run_ours(cfg: StudyConfig, method: str, seed: int, out: Path, resume: bool,
             shutil.rmtree(d)
         argv = ["train", *cfg.train_flags(), *flags,
                 "--stages", str(stages or cfg.budget * per_budget), "--seed", str(seed),
-                "--out", str(d), "--quiet"]
+                "--save-policies", "--out", str(d), "--quiet"]
         rc = sat(argv)
     if rc != 0:
         raise SystemExit(f"sat train exited {rc} for {d}")
@@ -297,17 +323,26 @@ def curve(d: Path):
 def report(out: Path) -> int:
     import pandas as pd
 
-    rows, curves = [], {}
+    rows, curves, swaps = [], {}, {}
     for d in sorted(p for p in out.iterdir() if (p / "study.json").is_file()):
         meta = json.loads((d / "study.json").read_text())
-        evals = sorted(d.glob("eval_*.jsonl"), key=lambda p: int(p.stem.split("_")[1]))
+        evals = sorted((p for p in d.glob("eval_*.jsonl") if p.stem[5:].isdigit()),
+                       key=lambda p: int(p.stem[5:]))
         if not meta.get("finished") or len(evals) < 2:
             continue
         before, after = read_eval(evals[0]), read_eval(evals[-1])
         gain, lo, hi = paired_bootstrap(before, after)
         tokens, secs, acc = curve(d)
-        curves[d.name] = (meta["method"], tokens, secs, acc)
-        rows.append(dict(run=d.name, method=meta["method"], seed=meta["seed"],
+        extra = {}
+        if (d / "eval_0_swap.jsonl").is_file():  # plug-and-play: shock and recovery
+            swapped = read_eval(d / "eval_0_swap.jsonl")
+            for name, (x, y) in dict(shock=(before, swapped), recovery=(swapped, after)).items():
+                g, g_lo, g_hi = paired_bootstrap(x, y)
+                extra.update({name: g, f"{name}_ci_lo": g_lo, f"{name}_ci_hi": g_hi})
+            swaps[d.name] = [acc[0], sum(swapped.values()) / len(swapped), *acc[1:]]
+        else:
+            curves[d.name] = (meta["method"], tokens, secs, acc)
+        rows.append(dict(run=d.name, method=meta["method"], seed=meta["seed"], **extra,
                          n_eval=len(before), stages=len(evals) - 1,
                          acc_untrained=sum(before.values()) / len(before),
                          acc_final=sum(after.values()) / len(after),
@@ -325,8 +360,37 @@ def report(out: Path) -> int:
     (out / "summary.md").write_text(markdown_table(rows) + "\n")
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(df.round(3).to_string(index=False))
-    plot(curves, out)
+    if curves:
+        plot(curves, out)
+    if swaps:
+        plot_swaps(swaps, out)
     return 0
+
+
+def plot_swaps(swaps: dict, out: Path) -> None:
+    """Held-out accuracy of the plug-and-play runs: before the swap, right after it, and
+    after each following stage (TeamTR Fig. 6 with LLM agents)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sat_theory.plotting import paper_style, save_figure
+
+    with paper_style():
+        fig, ax = plt.subplots(figsize=(6, 3.8))
+        for name, acc in sorted(swaps.items()):
+            x = [-0.5, 0, *range(1, len(acc) - 1)]
+            ax.plot(x, acc, marker="o", ms=3, label=name)
+        ax.axvline(-0.25, color="k", lw=0.8, ls=":")
+        ax.set_xticks([-0.5, *range(len(max(swaps.values(), key=len)) - 1)],
+                      ["before", *map(str, range(len(max(swaps.values(), key=len)) - 1))])
+        ax.set(xlabel="stages after the swap", ylabel="held-out accuracy (greedy)",
+               title="replacing agent 2 by a longer-trained single agent")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        for p in save_figure(fig, out, "plug_and_play"):
+            print(p)
 
 
 def markdown_table(rows: list[dict]) -> str:
@@ -372,7 +436,7 @@ def main(argv=None) -> int:
     cfg = StudyConfig()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--method", choices=[*METHODS, *PEERS], help="method to run")
+    p.add_argument("--method", choices=[*METHODS, *PEERS, *SWAPS], help="method to run")
     p.add_argument("--seed", type=int, default=0, help="seed (≥ 0)")
     p.add_argument("--resume", action="store_true", help="continue a killed run")
     p.add_argument("--report", action="store_true", help="summarise every finished run in --out")

@@ -25,7 +25,8 @@ Run folder (``--out DIR``):
 - ``policies/stage{k}.<ext>`` (``--save-policies``) — the team's policy at the start of stage
   k (after a swap; ``stage{k}_preswap`` before it; ``stage{K}`` final), via ``team.save``.
 - ``eval_{k}.jsonl`` — per-problem held-out results after ``k`` stages (``0``: the untrained
-  team) when the team has ``eval_records()``.
+  team) when the team has ``eval_records()``; ``eval_{k}_swap.jsonl`` right after a
+  plug-and-play swap before stage ``k``.
 
 Resume (``--resume DIR``): lock, drop records beyond the checkpoint's count (they belong to
 a step that is redone), restore, continue. Every record then equals the uninterrupted run's
@@ -230,7 +231,7 @@ class Runner:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.team.save(str(path))
 
-    def _eval_file(self, k: int) -> None:
+    def _eval_file(self, k: int | str) -> None:
         records = getattr(self.team, "eval_records", None)
         if records is None or self.folder is None:
             return
@@ -275,6 +276,7 @@ class Runner:
                     if cfg.swap_stage == k and not self.swapped:
                         self._save_policy(f"stage{k}_preswap")  # the end of stage k−1
                         self.log(swap_agent(team, cfg, self.state))
+                        self._eval_file(f"{k}_swap")  # per-problem: the shock's paired CI
                         self.swapped = True
                         self.checkpoint()
                     self._save_policy(f"stage{k}")

@@ -73,6 +73,7 @@ def test_cli_direct_swap_to_a_stronger_saved_agent(tmp_path):
     recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     (swap,) = [r for r in recs if r["kind"] == "swap"]
     assert swap["swap_kind"] == "stronger" and swap["agent"] == 1
+    assert (out / "eval_0_swap.jsonl").is_file()  # per-problem results right after the swap
     pre = load_team_file(str(out / "policies" / "stage0.safetensors"))  # right after the swap
     want = src._get_weights(0)
     assert all(torch.equal(pre[1][k], want[k]) for k in want)

@@ -105,3 +105,20 @@ def test_llm_defaults_are_the_studys_settings():
         s.prompts, s.group_size, s.delta)
     t = make_task("arithmetic")
     assert (t.lo, t.hi, t.ops) == (s.lo, s.hi, s.ops) and t.capacity() == 300
+
+
+def test_plug_and_play_study_swaps_in_the_single_agent(tmp_path):
+    out = tmp_path / "study"
+    for method in ("sat", "single", "swap-stage0"):
+        assert study.main(["--method", method, "--seed", "0", "--stages", "1", *TINY,
+                           "--out", str(out)]) == 0
+    d = out / "swap-stage0_s0"
+    recs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    (swap,) = [r for r in recs if r["kind"] == "swap"]
+    assert swap["strategy"] == "stage0" and swap["agent"] == 1
+    assert (d / "eval_0_swap.jsonl").is_file()
+    assert study.main(["--report", "--out", str(out)]) == 0
+    row = next(r for r in json.loads((out / "summary.json").read_text())
+               if r["run"] == "swap-stage0_s0")
+    assert row["shock"] == pytest.approx(swap["J_after_swap"] - swap["J_before_swap"])
+    assert (out / "plug_and_play.png").is_file()
