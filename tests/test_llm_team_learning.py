@@ -122,3 +122,17 @@ def test_plug_and_play_study_swaps_in_the_single_agent(tmp_path):
                if r["run"] == "swap-stage0_s0")
     assert row["shock"] == pytest.approx(swap["J_after_swap"] - swap["J_before_swap"])
     assert (out / "plug_and_play.png").is_file()
+
+
+@pytest.mark.parametrize("peer", ["trl", "comlrl"])
+def test_peer_runs_are_evaluated_by_our_held_out_evaluation(tmp_path, peer):
+    pytest.importorskip(peer)
+    out = tmp_path / "study"
+    assert study.main(["--method", peer, "--seed", "0", "--stages", "1", *TINY,
+                       "--out", str(out)]) == 0
+    d = out / f"{peer}_s0"
+    assert json.loads((d / "study.json").read_text())["finished"]
+    evals = sorted(d.glob("eval_*.jsonl"))
+    assert len(evals) == 2  # untrained and after the run
+    tokens, secs, acc = study.curve(d)
+    assert tokens[0] == 0 and tokens[-1] > 0 and len(acc) == 2
