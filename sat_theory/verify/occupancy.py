@@ -191,4 +191,4 @@ def chained_occupancy_shift(*, quick: bool = False, seed: int = 0,
                 T.upper(lhs, b, f"{c.label} order={order} i={i}")
                 used.append((g, lhs, b))
     return T.result(name, ["share of the bound used, max by γ: " + share_by_gamma(used)]
-                    + missing_note(("chained",)))
+                    + missing_note())

@@ -250,8 +250,7 @@ def stale_stage_bound(*, quick: bool = False, seed: int = 0,
                       mutation: str | None = None) -> CheckResult:
     """``J(π̄) − J(π_cur) ≥ Σ (L_i^stale − ζ_i/(1−γ)) − c Σ_i (√δ_i + Σ_{k<i} √δ_k)``.
 
-    Cases: random with ``n ≥ 2``, the trap, the saved adversarial cases with ``n ≥ 2`` (those
-    optimized for this bound and for its compounding term among them). Mutations:
+    Cases: random with ``n ≥ 2``, the trap, the saved adversarial cases with ``n ≥ 2``. Mutations:
     ``no_penalty``, ``halve_penalty``. Explored (reported in findings): ``linear_penalty``
     (``c Σ √δ_i`` only: dropping the compounding ``Σ_{k<i}`` term).
     """
@@ -289,7 +288,7 @@ def stale_stage_bound(*, quick: bool = False, seed: int = 0,
         "(c Σ_i Σ_{k<i} √δ_k), max by γ: " + share_by_gamma(need) + " (> 0: the linear "
         f"penalty alone fails); dropping the compounding term: {lin_fail} violations in "
         f"{T.cases}",
-    ] + missing_note(("stale", "stale_compounding")))
+    ] + missing_note())
 
 
 
