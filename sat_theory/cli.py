@@ -59,6 +59,19 @@ def with_range(help_: str, spec: tuple) -> str:
     return f"{help_} [{range_text(spec)}]"
 
 
+def _size(text: str) -> int:
+    """``512M``, ``8G``, ``1.5G``, ``100000`` (bytes) → bytes."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    try:
+        value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a size like 512M or 8G, got {text!r}")
+    return int(value)
+
+
 def given_flags(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
     """The ``dest`` of every option that appears in ``argv`` (typed by the user)."""
     out = set()
@@ -74,6 +87,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="sat", description="Sequential Agent Tuning (SAT) and TeamTR: exact "
                      "certificates on tabular team MDPs, training, figures.")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    parser.add_argument("--max-memory", type=_size, default=None, metavar="SIZE",
+                        help="memory budget for what an input file may make sat allocate, "
+                             "checked from the file's headers before reading (e.g. 512M, 8G; "
+                             "default 4G)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     parser.commands = {}
     for name, (module, help_) in COMMANDS.items():
@@ -97,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     args.given = given_flags(parser.commands[args.command], argv)
+    if args.max_memory is not None:
+        from . import mdp
+
+        mdp.MAX_MEMORY = args.max_memory
     try:
         return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
     except (InputError, FileNotFoundError, IsADirectoryError, PermissionError) as e:

@@ -289,6 +289,9 @@ class FactorizedMDP:
         n = int(_as_index(n_arr.reshape(()), "n_agents"))
         if n < 1:
             raise InputError(f"n_agents must be >= 1, got {n}")
+        # per agent: a states × agents activity table (9 B per cell with its index arrays)
+        # and Python bookkeeping (action counts, factors: ~128 B)
+        check_memory(n * (9 * S + 128), f"n_agents = {n} (per-agent tables and bookkeeping)")
         turn = np.asarray(turn)
         if turn.shape != (S,):
             raise InputError(f"turn has shape {turn.shape}, expected {(S,)}")
@@ -414,16 +417,57 @@ def _replace(mdp: FactorizedMDP, **changes) -> FactorizedMDP:
     return FactorizedMDP(**fields)
 
 
+#: Memory budget (bytes) for what a user file may make us allocate: the arrays an ``.npz``
+#: declares, and tables sized by its scalars (e.g. ``n_agents``). ``sat --max-memory`` sets it.
+MAX_MEMORY = 4 << 30
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def check_memory(nbytes: int, what: str) -> None:
+    """:class:`InputError` when ``nbytes`` exceeds the budget :data:`MAX_MEMORY`."""
+    if nbytes > MAX_MEMORY:
+        raise InputError(f"{what} would take {format_bytes(nbytes)}, over the memory budget of "
+                         f"{format_bytes(MAX_MEMORY)} (raise it with sat --max-memory SIZE)")
+
+
+def _declared_bytes(z, path: str) -> int:
+    """Total size of the arrays an open ``NpzFile`` declares, from the ``.npy`` headers only
+    (a compressed member is inflated just far enough to read its header)."""
+    fmt = np.lib.format
+    total = 0
+    for name in z.zip.namelist():
+        with z.zip.open(name) as f:
+            version = fmt.read_magic(f)
+            shape, _, dtype = (fmt.read_array_header_1_0(f) if version == (1, 0)
+                               else fmt.read_array_header_2_0(f))
+        if dtype.hasobject:
+            raise InputError(f"array {name} of {path} holds Python objects (not allowed)")
+        total += int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+    return total
+
+
 def _load_npz(path, what: str) -> dict:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise InputError(f"{what} file not found: {path}")
     if os.path.isdir(path):
         raise InputError(f"{what} path is a directory, not an .npz file: {path}")
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if magic == b"\x93NUMPY":
+        raise InputError(f"{what} file {path} is a bare .npy array, not an .npz archive")
+    if magic[:4] != b"PK\x03\x04":
+        raise InputError(f"{what} file {path} is not an .npz archive (no zip header)")
     try:
         with np.load(path, allow_pickle=False) as z:
-            if not hasattr(z, "files"):
-                raise InputError(f"{what} file {path} is a bare .npy array, not an .npz archive")
+            check_memory(_declared_bytes(z, path), f"the arrays of {what} file {path}")
             return {k: _read_member(z, path, k) for k in z.files}
     except InputError:
         raise

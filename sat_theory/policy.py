@@ -91,8 +91,9 @@ class TeamPolicy:
         keys = [f"pi_{j}" for j in range(mdp.n_agents)]
         missing = [k for k in keys if k not in data]
         if missing:
-            raise InputError(f"policy file {path} is missing key(s) {', '.join(missing)}")
-        extra = sorted(k for k in data if k.startswith("pi_") and k not in keys)
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            raise InputError(f"policy file {path} is missing key(s) {shown}")
+        extra = sorted(k for k in data if k.startswith("pi_") and k not in keys)[:5]
         if extra:
             raise InputError(
                 f"policy file {path} has factor(s) {', '.join(extra)} but the MDP has {mdp.n_agents} agents"

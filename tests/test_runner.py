@@ -128,3 +128,12 @@ def test_help_shows_the_valid_ranges(capsys):
     for needle in ("--delta DELTA", "[a number > 0]", "--eps-w EPS_W", "[a number in (0, 1]]",
                    "--max-backtracks MAX_BACKTRACKS", "[an integer >= 0]", "--overwrite"):
         assert needle in text, needle
+
+
+@pytest.mark.parametrize("argv,pattern", [
+    (["verify", "--seed", "-1"], "--seed: must be an integer >= 0"),
+    (["figures", "--seeds", "0"], "--seeds: must be an integer >= 1"),
+    (["bench", "--blas-threads", "0"], "--blas-threads: must be an integer >= 1"),
+])
+def test_other_commands_refuse_bad_counts_with_exit_2(capsys, argv, pattern):
+    _err(capsys, main(argv), pattern)

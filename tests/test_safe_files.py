@@ -35,6 +35,7 @@ def _one_line_error(capsys, rc, pattern):
     assert rc == 2, err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert pattern in err, err
+    return err
 
 
 def test_crafted_pickle_checkpoint_runs_nothing(tmp_path, capsys):
@@ -112,3 +113,62 @@ def test_no_pickle_loader_on_any_user_file_path():
                     or ("torch.load(" in code and "weights_only=True" not in code)):
                 bad.append(f"{path.relative_to(ROOT)}:{k}: {line.strip()}")
     assert not bad, bad
+
+
+# ------------------------------------------------------------------ resource limits
+def _zip_bomb(path, shape=(100_000, 100_000)):
+    """An .npz whose one member declares ``shape`` float64 (74.5 GiB) but holds 1 MiB of
+    zeros, deflated to a few KB."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        with z.open("P.npy", "w", force_zip64=True) as f:
+            np.lib.format.write_array_header_1_0(
+                f, {"descr": "<f8", "fortran_order": False, "shape": shape})
+            f.write(b"\0" * (1 << 20))
+
+
+def test_declared_sizes_are_checked_before_any_member_is_read(tmp_path, capsys):
+    bomb = tmp_path / "bomb.npz"
+    _zip_bomb(bomb)
+    assert bomb.stat().st_size < 100_000
+    err = _one_line_error(capsys, main(["eval", str(bomb), "--policy", str(bomb)]),
+                          "would take 74.5 GiB, over the memory budget of 4.0 GiB")
+    assert "--max-memory" in err
+
+
+def test_scalar_sizes_are_checked_and_error_lines_are_short(tmp_path, capsys):
+    f = tmp_path / "m.npz"
+    np.savez(f, P=np.full((2, 1, 2), 0.5), R=np.zeros((2, 1)), turn=np.zeros(2, int),
+             n_agents=np.array(10**8), rho0=np.array([1.0, 0.0]), gamma=np.array(0.9))
+    err = _one_line_error(capsys, main(["eval", str(f), "--policy", str(f)]),
+                          "n_agents = 100000000")
+    assert len(err) < 400
+    # a smaller team passes the budget; its missing factors are listed briefly
+    np.savez(f, P=np.full((2, 1, 2), 0.5), R=np.zeros((2, 1)), turn=np.zeros(2, int),
+             n_agents=np.array(1000), rho0=np.array([1.0, 0.0]), gamma=np.array(0.9))
+    err = _one_line_error(capsys, main(["eval", str(f), "--policy", str(f)]), "and 995 more")
+    assert len(err) < 400
+
+
+def test_max_memory_flag_sets_the_budget(tmp_path, capsys):
+    from sat_theory import mdp as mdp_module
+    from sat_theory.envs import random_mdp
+
+    f = tmp_path / "m.npz"
+    random_mdp(50, 2, 2, layout="turn", seed=0).save(f)
+    before = mdp_module.MAX_MEMORY
+    try:
+        _one_line_error(capsys, main(["--max-memory", "10K", "eval", str(f), "--policy", "p"]),
+                        "over the memory budget of 10.0 KiB")
+        assert main(["--max-memory", "junk", "eval", str(f), "--policy", "p"]) == 2
+    finally:
+        mdp_module.MAX_MEMORY = before
+
+
+def test_a_file_that_is_not_npz_is_named_so(tmp_path, capsys):
+    f = tmp_path / "m.npz"
+    f.write_bytes(b"just some text\n" * 10)
+    err = _one_line_error(capsys, main(["eval", str(f), "--policy", str(f)]),
+                          "is not an .npz archive")
+    assert "pickle" not in err

@@ -32,6 +32,8 @@ BENCHES = ("eval", "sparse", "certificate", "scaling", "suites", "llm")
 
 
 def add_arguments(p):
+    from ..cli import arg_type
+
     p.add_argument("--quick", action="store_true",
                    help="smaller grids (S up to 1000 dense, 10^5 sparse), each suite once, LLM on "
                         "tiny-random only; minutes instead of ~30")
@@ -39,7 +41,8 @@ def add_arguments(p):
                    help='print {"machine", "benchmarks", "targets"} as one JSON object on stdout')
     p.add_argument("--only", default=None, metavar="NAME[,NAME]",
                    help=f"run only these benchmarks ({', '.join(BENCHES)})")
-    p.add_argument("--blas-threads", type=int, default=None, metavar="N",
+    p.add_argument("--blas-threads", type=arg_type(("int", 1, None, True, False)), default=None,
+                   metavar="N",
                    help="limit every BLAS library to N threads for the run (needs threadpoolctl); "
                         "1 is the stable comparison on a loaded machine")
     p.add_argument("--smoke", action="store_true",

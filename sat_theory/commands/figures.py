@@ -39,12 +39,14 @@ STUDIES = (
 
 
 def add_arguments(p):
+    from ..cli import arg_type
+
     p.add_argument("--quick", action="store_true",
                    help="small settings: every study in a few minutes in total")
     p.add_argument("--out", default="figures", help="output directory (default: figures/)")
     p.add_argument("--only", default=None,
                    help=f"comma-separated studies to run (default: all): {', '.join(STUDIES)}")
-    p.add_argument("--seeds", type=int, default=None,
+    p.add_argument("--seeds", type=arg_type(("int", 1, None, True, False)), default=None,
                    help="seeds per study (default: the study's quick/full setting)")
     p.add_argument("--retrain", action="store_true",
                    help="delete OUT/runs first: training runs are cached there by their "

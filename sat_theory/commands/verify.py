@@ -24,7 +24,11 @@ from ._io import dumps, pick_names, table
 def add_arguments(p):
     p.add_argument("--quick", action="store_true",
                    help="fewer cases per check (CI mode; all checks in well under a minute)")
-    p.add_argument("--seed", type=int, default=0, help="seed of every check's case generator")
+    from ..cli import arg_type, with_range
+
+    seed = ("int", 0, None, True, False)
+    p.add_argument("--seed", type=arg_type(seed), default=0,
+                   help=with_range("seed of every check's case generator", seed))
     p.add_argument("--only", default=None, metavar="NAME[,NAME]",
                    help="run only these checks (comma-separated names)")
     p.add_argument("--json", action="store_true",
