@@ -32,9 +32,11 @@ roundoff. Both iterations are never slower than value iteration (their residual 
 contract by at least γ per sweep). When the observed contraction is slow (poorly mixing
 chains, ``|λ₂|`` near 1) they hand their iterate to Jacobi-preconditioned BiCGSTAB (own
 implementation, GMRES as the last resort), which copes with real spectra near 1.
-Stopping rules are the guarantees callers need: ``V`` stops on the sup-norm Bellman residual
-``‖r_π + γ P_π V − V‖∞ ≤ tol`` (reported as ``Evaluation.residual``); ``d`` stops on the ℓ1
-residual ``≤ tol·(1−γ)``, which bounds ``‖d − d^π‖₁ ≤ tol``. Both are checked on the true
+Stopping rules are the guarantees callers need, scale-aware (:func:`residual_target`): ``V``
+stops on the sup-norm Bellman residual ``‖r_π + γ P_π V − V‖∞ ≤ tol·max(‖r_π‖∞, (1−γ)‖V‖∞)``
+(reported as ``Evaluation.residual``); ``d`` stops on the ℓ1 residual ``≤ tol·(1−γ)``, which
+bounds ``‖d − d^π‖₁ ≤ tol``; either target is raised to the float64 roundoff of the residual
+itself where that is larger (large ``‖V‖`` at γ near 1). Both are checked on the true
 residual, otherwise :class:`ConvergenceError` is raised.
 """
 
@@ -152,7 +154,8 @@ def evaluate(mdp: FactorizedMDP, policy: TeamPolicy | np.ndarray, *, tol: float 
     ``method``: ``"auto"`` (dense LU unless the MDP is sparse with at least
     ``SPARSE_MIN_STATES`` states), ``"dense"`` or ``"krylov"`` (the iterative sparse path:
     deflated value iteration, BiCGSTAB on slowly mixing chains; the name is kept for
-    callers). ``tol`` is the Bellman residual the iterative path must reach (in sup norm).
+    callers). ``tol`` is the Bellman residual the iterative path must reach, relative to
+    ``max(‖r_π‖∞, (1−γ)‖V‖∞)`` and never below roundoff (:func:`residual_target`).
     """
     pi = joint_policy(mdp, policy) if isinstance(policy, TeamPolicy) else np.asarray(policy)
     if method == "auto":
@@ -436,6 +439,19 @@ def _occupancy_sweeps(PT, b: np.ndarray, g: float, tol: float):
         x = Tx
 
 
+def residual_target(tol: float, b_norm: float, x_norm: float, g: float, n: int) -> float:
+    """The residual the sparse path must reach for ``M x = b`` (``M = I − γP_π`` or its
+    transpose), ``x`` of size about ``x_norm``: scale-aware,
+
+        max( tol · max(‖b‖, (1−γ)‖x‖),  16 ε √n (‖b‖ + 2‖x‖) ),
+
+    the first term a relative tolerance (rewards of any size), the second the roundoff of
+    evaluating the residual ``b + γPx − x`` itself in float64 (``ε`` = 2.2e-16), which no
+    solver can go below (it decides for γ near 1, where ``‖x‖ ≈ ‖b‖/(1−γ)`` is large)."""
+    eps = np.finfo(np.float64).eps
+    return max(tol * max(b_norm, (1.0 - g) * x_norm), 16.0 * eps * np.sqrt(n) * (b_norm + 2.0 * x_norm))
+
+
 def _evaluate_krylov(mdp: FactorizedMDP, pi: np.ndarray, tol: float) -> Evaluation:
     g = mdp.gamma
     r_pi = np.einsum("sk,sk->s", pi, mdp.R)
@@ -449,16 +465,20 @@ def _evaluate_krylov(mdp: FactorizedMDP, pi: np.ndarray, tol: float) -> Evaluati
             diag = 1.0 - g * P_pi.diagonal()  # diagonal() sums repeated entries
         return diag
 
-    V, res, ok = _macqueen(P_pi, r_pi, g, r_pi / (1.0 - g), tol)
+    x0 = r_pi / (1.0 - g)
+    tol_V = residual_target(tol, _sup(r_pi), _sup(x0), g, mdp.n_states)
+    V, res, ok = _macqueen(P_pi, r_pi, g, x0, tol_V)
     if not ok:
-        V = _krylov(lambda x: x - g * (P_pi @ x), jacobi(), r_pi, tol, x0=V)
+        V = _krylov(lambda x: x - g * (P_pi @ x), jacobi(), r_pi, tol_V, x0=V)
         res = float(np.abs(r_pi + g * (P_pi @ V) - V).max())
-    if not res <= tol:
-        raise ConvergenceError(f"sparse policy evaluation stopped at Bellman residual {res:.3g} > {tol:g}")
+    if not res <= tol_V:
+        raise ConvergenceError(f"sparse policy evaluation stopped at Bellman residual {res:.3g} "
+                               f"> {tol_V:.3g} (tol {tol:g} relative to the size of r_π and V)")
 
     def solve_adjoint(b):
-        # d is a distribution: ‖Mᵀe‖₁ ≤ tol(1−γ) gives ‖e‖₁ ≤ tol since ‖M^{-1}‖_∞ = 1/(1−γ)
-        tol_d = tol * (1.0 - g)
+        # ‖Mᵀe‖₁ ≤ res gives ‖e‖₁ ≤ res/(1−γ) since ‖M^{-1}‖_∞ = 1/(1−γ); for d (‖b‖₁ = 1−γ,
+        # ‖d‖₁ = 1) the target is tol·(1−γ), i.e. ‖d − d^π‖₁ ≤ tol, unless roundoff is larger
+        tol_d = residual_target(tol, _l1(b), _l1(b) / (1.0 - g), g, mdp.n_states)
         # the CSC view, no copy (a CSR copy's faster products do not repay its O(nnz) build)
         PT = P_pi.T
         x, res_d, ok = _occupancy_sweeps(PT, b, g, tol_d)
@@ -467,7 +487,7 @@ def _evaluate_krylov(mdp: FactorizedMDP, pi: np.ndarray, tol: float) -> Evaluati
             res_d = _l1(b + g * (PT @ x) - x)
         if not res_d <= tol_d:
             raise ConvergenceError(
-                f"sparse occupancy solve stopped at l1 residual {res_d:.3g} > {tol_d:g}")
+                f"sparse occupancy solve stopped at l1 residual {res_d:.3g} > {tol_d:.3g}")
         return x
 
     return Evaluation(mdp, pi, r_pi, V, solve_adjoint, residual=res)
