@@ -443,13 +443,14 @@ def residual_target(tol: float, b_norm: float, x_norm: float, g: float, n: int) 
     """The residual the sparse path must reach for ``M x = b`` (``M = I − γP_π`` or its
     transpose), ``x`` of size about ``x_norm``: scale-aware,
 
-        max( tol · max(‖b‖, (1−γ)‖x‖),  16 ε √n (‖b‖ + 2‖x‖) ),
+        max( tol · max(‖b‖, (1−γ)‖x‖),  4 ε (‖b‖ + 2‖x‖) ),
 
     the first term a relative tolerance (rewards of any size), the second the roundoff of
-    evaluating the residual ``b + γPx − x`` itself in float64 (``ε`` = 2.2e-16), which no
-    solver can go below (it decides for γ near 1, where ``‖x‖ ≈ ‖b‖/(1−γ)`` is large)."""
+    evaluating the residual ``b + γPx − x`` itself in float64 (``ε`` = 2.2e-16; a few units
+    per entry), which no solver can go below (it decides for γ near 1, where
+    ``‖x‖ ≈ ‖b‖/(1−γ)`` is large). ``n`` (the size) is accepted for callers; unused."""
     eps = np.finfo(np.float64).eps
-    return max(tol * max(b_norm, (1.0 - g) * x_norm), 16.0 * eps * np.sqrt(n) * (b_norm + 2.0 * x_norm))
+    return max(tol * max(b_norm, (1.0 - g) * x_norm), 4.0 * eps * (b_norm + 2.0 * x_norm))
 
 
 def _evaluate_krylov(mdp: FactorizedMDP, pi: np.ndarray, tol: float) -> Evaluation:

@@ -35,5 +35,5 @@ def test_target_is_relative_and_floored_at_roundoff():
     assert residual_target(1e-10, 1.0, 10.0, 0.9, 100) == pytest.approx(1e-10)
     assert residual_target(1e-10, 1e6, 1e7, 0.9, 100) == pytest.approx(1e-4)
     # γ = 0.9999, ‖V‖ = 1e10: the residual of float64 V cannot go below ~ε‖V‖
-    floor = residual_target(1e-10, 1e6, 1e10, 0.9999, 10_000)
-    assert floor > 1e-10 * 1e6 and floor == pytest.approx(16 * 2.220446e-16 * 100 * (1e6 + 2e10))
+    floor = residual_target(1e-14, 1e6, 1e10, 0.9999, 10_000)
+    assert floor > 1e-14 * 1e6 and floor == pytest.approx(4 * 2.220446e-16 * (1e6 + 2e10))
