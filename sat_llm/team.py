@@ -814,7 +814,8 @@ class LLMTeam(EpisodeLoop):
 
     def check_batch(self, agent: int, batch: Batch, reference: AgentSnapshot,
                     expected: tuple | None = None) -> None:
-        """Before an update: the agent's turns in ``batch`` must come from the adapter version
+        """For the caller to run before an update (``update`` itself does not: the Team API
+        allows a reference other than the behaviour policy, e.g. in tests): the agent's turns in ``batch`` must come from the adapter version
         of ``reference`` (the behaviour policy is the trust region's reference), and, when
         the caller says which versions it expects (``expected``: every agent's; intermediate
         occupancy: the updated predecessors), the whole batch from those. A batch built by
@@ -836,7 +837,6 @@ class LLMTeam(EpisodeLoop):
                *, step_scale: float = 1.0, correction: str = "none") -> dict:
         """AdamW steps on ``−L^clip + β·KL̂_exact`` for this agent's adapter only (see
         :mod:`sat_llm.loss`); ``correction`` is ignored (it concerns exact batches only)."""
-        self.check_batch(agent, batch, reference)
         ctxs, msgs, beh = self._turns(agent, batch)
         M = len(msgs)
         if M == 0:
