@@ -302,9 +302,12 @@ def curve(d: Path):
 
     points = {0: (0.0, 0.0)}
     tok = sec = 0.0
+    seen = set()  # a stale batch serves several steps: count each rollout's tokens once
     for rec in read_metrics(d):
         if rec["kind"] == "step":
-            tok += float(rec.get("tokens") or 0)
+            if rec.get("rollout_id") not in seen:
+                seen.add(rec.get("rollout_id"))
+                tok += float(rec.get("tokens") or 0)
             sec += float(rec.get("seconds") or 0.0)
         elif rec["kind"] == "stage":
             k = int(rec["stage"]) + 1
