@@ -464,7 +464,7 @@ def _load_npz(path, what: str) -> dict:
     if magic == b"\x93NUMPY":
         raise InputError(f"{what} file {path} is a bare .npy array, not an .npz archive")
     if magic[:4] != b"PK\x03\x04":
-        raise InputError(f"{what} file {path} is not an .npz archive (no zip header)")
+        raise InputError(f"cannot read {what} file {path} as .npz: not a zip archive")
     try:
         with np.load(path, allow_pickle=False) as z:
             check_memory(_declared_bytes(z, path), f"the arrays of {what} file {path}")

@@ -170,5 +170,5 @@ def test_a_file_that_is_not_npz_is_named_so(tmp_path, capsys):
     f = tmp_path / "m.npz"
     f.write_bytes(b"just some text\n" * 10)
     err = _one_line_error(capsys, main(["eval", str(f), "--policy", str(f)]),
-                          "is not an .npz archive")
+                          "as .npz: not a zip archive")
     assert "pickle" not in err
