@@ -396,6 +396,7 @@ class _Stage:
         self.n = team.n_agents
         self.start = [team.snapshot(j) for j in range(self.n)]
         self.batch: Batch | None = None
+        self.expected_versions: tuple | None = None
         self.adv: np.ndarray | None = None
         self.adv_stats: dict = {}
         # agents updated since self.batch was drawn: agent -> (episode idx, t, log-ratio)
@@ -403,6 +404,9 @@ class _Stage:
 
     def fresh(self):
         cfg = self.cfg
+        # the parameter versions the batch must come from: the team's now (for intermediate
+        # occupancy these are the updated predecessors); checked before every update on it
+        self.expected_versions = getattr(self.team, "version", None)
         self.batch = self.team.rollout(cfg.n_groups, cfg.group_size)
         self.state.rollouts += 1
         self.state.episodes += self.batch.n_episodes
@@ -456,6 +460,9 @@ class _Stage:
                 extra["m_factor_mean"] = float(weights.mean()) if weights.size else 1.0
             if weights is not None:
                 adv = adv * weights
+        check = getattr(team, "check_batch", None)  # LLM teams: stale/unsynced adapters
+        if check is not None:
+            check(j, batch, ref, expected=self.expected_versions)
         beta = self.state.beta[j]
         scale = 1.0
         backtracks = 0
