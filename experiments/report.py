@@ -738,6 +738,33 @@ def section_llm_learning(out: Path) -> str:
                  f"{100 * r['gain_ci_hi']:+.1f}]), {r['wall_minutes']:.1f} min in all, of which "
                  f"{r['train_minutes']:.1f} min training and the rest the "
                  f"{r['stages'] + 1} held-out evaluations.")
+    by = {}
+    for r in rows:
+        by.setdefault(r["method"], []).append(r)
+    if len(by) > 1:
+        mean = {m: float(np.mean([r["gain"] for r in rs_])) for m, rs_ in by.items()}
+        tok = {m: float(np.mean([r["tokens"] for r in rs_])) for m, rs_ in by.items()}
+        order = sorted(mean, key=mean.get, reverse=True)
+        s.append("\n**Side by side at one token budget** (mean over seeds): " + "; ".join(
+            f"{m} {100 * mean[m]:+.1f} points ({len(by[m])} seed(s), {tok[m] / 1000:.1f}k tokens)"
+            for m in order) + ".")
+        if "naive" in mean and "sat" in mean and mean["naive"] > mean["sat"]:
+            s.append("Here the stale-batch baseline learns *more* per generated token than SAT, "
+                     "against TeamTR Fig. 3 / Table 9. At an equal token budget naive makes two "
+                     "agent updates per rollout and SAT one (SAT re-samples after every update, so "
+                     "half of each of its rollouts is the other agent's messages, which it does "
+                     "not train on); with two agents the drift of agent 2's contexts after agent "
+                     "1's update is small, so naive's reuse costs it little.")
+            at = []
+            for r in by["sat"]:
+                nv = folder / f"naive_s{r['seed']}"
+                if nv.is_dir():
+                    tk, sc, ac = study.curve(nv)
+                    got = [a_ for t_, a_ in zip(sc, ac, strict=True) if t_ <= 60 * r["train_minutes"]]
+                    at.append(f"seed {r['seed']}: naive {got[-1]:.3f} vs SAT {r['acc_final']:.3f}")
+            if at:
+                s.append("At SAT's training time (evaluation excluded), naive reaches: "
+                         + "; ".join(at) + ".")
     first = _llm_rows(folder / "ops0-12")
     if first:
         s.append("\n**First attempt, a harder task** (operands 0–12, 507 problems, "
