@@ -746,8 +746,11 @@ def section_llm_learning(out: Path) -> str:
         tok = {m: float(np.mean([r["tokens"] for r in rs_])) for m, rs_ in by.items()}
         order = sorted(mean, key=mean.get, reverse=True)
         s.append("\n**Side by side at one token budget** (mean over seeds): " + "; ".join(
-            f"{m} {100 * mean[m]:+.1f} points ({len(by[m])} seed(s), {tok[m] / 1000:.1f}k tokens)"
-            for m in order) + ".")
+            f"{m}{' (one agent, n = 1)' if m in ('trl', 'single') else ''} {100 * mean[m]:+.1f} "
+            f"points ({len(by[m])} seed(s), {tok[m] / 1000:.1f}k tokens)" for m in order) + ".")
+        if "trl" in mean and "single" not in mean:
+            s.append("TRL's GRPOTrainer trains one agent; its like-for-like comparison is our "
+                     "`single` (n = 1) run, not yet done — the 2-agent rows are not its peers.")
         if "naive" in mean and "sat" in mean and mean["naive"] > mean["sat"]:
             s.append("Here the stale-batch baseline learns *more* per generated token than SAT, "
                      "against TeamTR Fig. 3 / Table 9. At an equal token budget naive makes two "
