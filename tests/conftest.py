@@ -18,6 +18,23 @@ settings.register_profile("thorough", max_examples=300, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_configure(config):
+    """Model caches (the tiny-random HF folder, the GGUF conversion) go to a temporary folder
+    for the session, not the user's home — unless the user points ``SAT_LLM_CACHE`` elsewhere."""
+    if "SAT_LLM_CACHE" not in os.environ:
+        import tempfile
+
+        config._sat_cache = tempfile.TemporaryDirectory(prefix="sat_llm_test_cache_")
+        os.environ["SAT_LLM_CACHE"] = config._sat_cache.name
+
+
+def pytest_unconfigure(config):
+    cache = getattr(config, "_sat_cache", None)
+    if cache is not None:
+        os.environ.pop("SAT_LLM_CACHE", None)
+        cache.cleanup()
+
+
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def device(request):
     """The device of an LLM test that runs anywhere: every such test runs on the CPU and, as
