@@ -93,6 +93,18 @@ class StudyConfig:
     threads: int = _f(1, "torch threads per run (2 cores: at most two runs at once)")
     swap_stages: int = _f(4, "plug-and-play: stages trained after the swap")
 
+    def llm_config(self, agents: int, seed: int):
+        """The :class:`~sat_llm.team.LLMConfig` of a peer run's evaluation team: the same
+        problems (same seed → same pools) and held-out evaluation as our runs."""
+        from sat_llm.team import LLMConfig
+
+        return LLMConfig(model=self.model, task="arithmetic",
+                         task_options=dict(lo=self.lo, hi=self.hi, ops=self.ops), agents=agents,
+                         max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                         lora_r=self.lora_r, lora_alpha=2 * self.lora_r, lr=self.lr,
+                         minibatch=self.minibatch, n_train=self.n_train, n_eval=self.n_eval,
+                         seed=seed, threads=self.threads)
+
     def train_flags(self) -> list[str]:
         return ["--backend", "llm", "--model", self.model, "--task", "arithmetic",
                 "--task-option", f"lo={self.lo}", "--task-option", f"hi={self.hi}",
@@ -177,6 +189,35 @@ def _write_json(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
+# ------------------------------------------------------------------ peers: shared plumbing
+def start_peer_run(d: Path) -> bool:
+    """A fresh folder for a peer run (peers are not resumable: a killed one starts again);
+    ``False`` when the run in ``d`` finished already."""
+    meta = d / "study.json"
+    if meta.is_file() and json.loads(meta.read_text()).get("finished"):
+        print(f"{d}: finished already")
+        return False
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    return True
+
+
+def log_peer_eval(d: Path, team, writer, k: int, **fields) -> None:
+    """Our greedy held-out evaluation of the peer's adapters (already copied into ``team``):
+    ``eval_{k}.jsonl`` and a stage record with ``fields`` (tokens, training seconds)."""
+    acc = team.evaluate()
+    tmp = d / f".eval_{k}.jsonl.tmp"
+    tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in team.eval_records()))
+    os.replace(tmp, d / f"eval_{k}.jsonl")
+    writer.log(dict(kind="stage", stage=k - 1, J_after=acc, eval_accuracy=acc, **fields))
+
+
+def finish_peer_run(d: Path, method: str, seed: int, t_start: float, cfg: StudyConfig) -> None:
+    _write_json(d / "study.json", dict(method=method, seed=seed, finished=True,
+                                       wall_seconds=time.time() - t_start, study=asdict(cfg)))
+
+
 # ------------------------------------------------------------------ TRL's GRPOTrainer (n = 1)
 def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int) -> Path:
     """TRL's ``GRPOTrainer`` with the study's settings (:func:`experiments.peer_trl.grpo_trainer`):
@@ -192,22 +233,12 @@ def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int) -> Path:
 
     from experiments.peer_trl import adapter_into, grpo_trainer
     from sat_llm.models import hf_dir
-    from sat_llm.team import LLMConfig, LLMTeam
+    from sat_llm.team import LLMTeam
 
-    meta_path = d / "study.json"
-    if meta_path.is_file() and json.loads(meta_path.read_text()).get("finished"):
-        print(f"{d}: finished already")
+    if not start_peer_run(d):
         return d
-    if d.exists():
-        shutil.rmtree(d)
-    d.mkdir(parents=True)
     t_start = time.time()
-    llm = LLMConfig(model=cfg.model, task="arithmetic",
-                    task_options=dict(lo=cfg.lo, hi=cfg.hi, ops=cfg.ops), agents=1,
-                    max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                    lora_r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, lr=cfg.lr,
-                    minibatch=cfg.minibatch, n_train=cfg.n_train, n_eval=cfg.n_eval, seed=seed,
-                    threads=cfg.threads)
+    llm = cfg.llm_config(1, seed)
     team = LLMTeam(llm)
     per_gen = cfg.prompts * cfg.group_size
     if per_gen % cfg.minibatch:
@@ -236,13 +267,7 @@ def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int) -> Path:
     clock = dict(train=0.0, last=time.perf_counter())
 
     def evaluate(k: int) -> None:
-        acc = team.evaluate()
-        recs = team.eval_records()
-        tmp = d / f".eval_{k}.jsonl.tmp"
-        tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in recs))
-        os.replace(tmp, d / f"eval_{k}.jsonl")
-        writer.log(dict(kind="stage", stage=k - 1, J_after=acc, eval_accuracy=acc,
-                        tokens_total=tokens[0], train_seconds=clock["train"]))
+        log_peer_eval(d, team, writer, k, tokens_total=tokens[0], train_seconds=clock["train"])
 
     class EvalEvery(TrainerCallback):
         def on_step_end(self, args, state, control, **kw):
@@ -259,8 +284,7 @@ def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int) -> Path:
     tr.train()
     writer.close()
     shutil.rmtree(d / "trl_out", ignore_errors=True)
-    _write_json(meta_path, dict(method="trl", seed=seed, finished=True,
-                                wall_seconds=time.time() - t_start, study=asdict(cfg)))
+    finish_peer_run(d, "trl", seed, t_start, cfg)
     return d
 
 

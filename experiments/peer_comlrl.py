@@ -27,9 +27,6 @@ team and evaluated by the same greedy held-out evaluation as our runs (``eval_{k
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -62,25 +59,16 @@ def run_study_comlrl(cfg, seed: int, d: Path, *, n_prompts: int, eval_every: int
     from comlrl.trainers.reinforce.magrpo import MAGRPOConfig, MAGRPOTrainer
     from datasets import Dataset
 
+    from experiments.llm_team_learning import finish_peer_run, log_peer_eval, start_peer_run
+    from experiments.peer_trl import adapter_into
     from sat_llm.protocol import Protocol
-    from sat_llm.team import LLMConfig, LLMTeam
+    from sat_llm.team import LLMTeam
     from sat_theory.metrics import RunWriter
 
-    meta_path = d / "study.json"
-    if meta_path.is_file() and json.loads(meta_path.read_text()).get("finished"):
-        print(f"{d}: finished already")
+    if not start_peer_run(d):
         return d
-    if d.exists():
-        shutil.rmtree(d)
-    d.mkdir(parents=True)
     t_start = time.time()
-    llm = LLMConfig(model=cfg.model, task="arithmetic",
-                    task_options=dict(lo=cfg.lo, hi=cfg.hi, ops=cfg.ops), agents=2,
-                    max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                    lora_r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, lr=cfg.lr,
-                    minibatch=cfg.minibatch, n_train=cfg.n_train, n_eval=cfg.n_eval, seed=seed,
-                    threads=cfg.threads)
-    team = LLMTeam(llm)  # our evaluation, our problems (same seed → same pools as our runs)
+    team = LLMTeam(cfg.llm_config(2, seed))  # our evaluation and problems (same seed → same pools)
     task, proto = team.task, Protocol(2)
     agents, toks = zip(*[_lora_model(cfg.model, cfg, seed) for _ in range(2)], strict=True)
     tok = toks[0]
@@ -139,17 +127,9 @@ def run_study_comlrl(cfg, seed: int, d: Path, *, n_prompts: int, eval_every: int
 
     def evaluate(k: int) -> None:
         for j, agent in enumerate(agents):
-            w = {n.replace(".default.", "."): p.detach().clone()
-                 for n, p in agent.named_parameters() if ".default." in n}
-            team._set_weights(j, w)
-            team._bump(j)
-        acc = team.evaluate()
-        recs = team.eval_records()
-        tmp = d / f".eval_{k}.jsonl.tmp"
-        tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in recs))
-        os.replace(tmp, d / f"eval_{k}.jsonl")
-        writer.log(dict(kind="stage", stage=k - 1, J_after=acc, eval_accuracy=acc,
-                        tokens_total=tokens[0], train_seconds=clock["train"], prompts=k))
+            adapter_into(team, agent, j)
+        log_peer_eval(d, team, writer, k, tokens_total=tokens[0], train_seconds=clock["train"],
+                      prompts=k)
 
     step = trainer._train_step_returns
 
@@ -170,9 +150,5 @@ def run_study_comlrl(cfg, seed: int, d: Path, *, n_prompts: int, eval_every: int
     clock["train"] += time.perf_counter() - clock["last"]
     evaluate(n_prompts)
     writer.close()
-    tmp = meta_path.with_name(".study.json.tmp")
-    tmp.write_text(json.dumps(dict(method="comlrl", seed=seed, finished=True,
-                                   wall_seconds=time.time() - t_start, study=asdict(cfg)),
-                              indent=2) + "\n")
-    os.replace(tmp, meta_path)
+    finish_peer_run(d, "comlrl", seed, t_start, cfg)
     return d

@@ -115,9 +115,12 @@ def prompt_ids(trainer) -> list[list[int]]:
 
 
 def adapter_into(team, trainer, agent: int = 0) -> None:
-    """Copy TRL's trained LoRA weights into ``team``'s ``agent`` (same base and LoRA layout),
-    e.g. to evaluate them with ``team.evaluate()``."""
+    """Copy the trained LoRA weights of a peft model — a TRL trainer's ``.model``, or the
+    model itself — into ``team``'s ``agent`` (same base and LoRA layout), e.g. to evaluate
+    them with ``team.evaluate()``."""
+    # a trainer holds its model; a peft model forwards unknown attributes (also `.model`)
+    model = trainer.model if hasattr(trainer, "train_dataset") else trainer
     weights = {k.replace(".default.", "."): p.detach().clone()
-               for k, p in trainer.model.named_parameters() if ".default." in k}
+               for k, p in model.named_parameters() if ".default." in k}
     team._set_weights(agent, weights)
     team._bump(agent)
