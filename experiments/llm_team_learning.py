@@ -51,6 +51,8 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sat_theory.metrics import write_json_atomic  # noqa: E402
+
 #: method -> (sat train flags, stages at the common token budget per unit of ``--budget``)
 METHODS = {
     "sat": (["--method", "sat", "--agents", "2"], 1),
@@ -177,16 +179,11 @@ def run_ours(cfg: StudyConfig, method: str, seed: int, out: Path, resume: bool,
     meta = dict(method=method, seed=seed, finished=True,
                 wall_seconds=meta.get("wall_seconds", 0.0) + time.time() - t0,
                 study=asdict(cfg))
-    _write_json(meta_path, meta)
+    write_json_atomic(meta_path, meta)
     for p in d.glob("checkpoint*"):  # adapters stay out of git; the run is complete
         p.unlink() if p.is_file() else shutil.rmtree(p)
     return d
 
-
-def _write_json(path: Path, obj) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
 
 
 # ------------------------------------------------------------------ peers: shared plumbing
@@ -214,7 +211,7 @@ def log_peer_eval(d: Path, team, writer, k: int, **fields) -> None:
 
 
 def finish_peer_run(d: Path, method: str, seed: int, t_start: float, cfg: StudyConfig) -> None:
-    _write_json(d / "study.json", dict(method=method, seed=seed, finished=True,
+    write_json_atomic(d / "study.json", dict(method=method, seed=seed, finished=True,
                                        wall_seconds=time.time() - t_start, study=asdict(cfg)))
 
 
@@ -383,7 +380,7 @@ def report(out: Path) -> int:
         return 1
     df = pd.DataFrame(rows)
     df.to_csv(out / "summary.csv", index=False)
-    _write_json(out / "summary.json", rows)
+    write_json_atomic(out / "summary.json", rows)
     (out / "summary.md").write_text(markdown_table(rows) + "\n")
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(df.round(3).to_string(index=False))
