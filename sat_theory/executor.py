@@ -11,11 +11,18 @@ pure function of its argument (every sweep here passes its seed inside the item)
   ``pip install -e '.[ray]'``.
 
 ``fn`` must be importable by name (a module-level function) for ``process`` and ``ray``.
+Process-pool workers die with the process that started the pool, even when it is killed
+with SIGKILL and runs no clean-up (:func:`_die_with_parent`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 
@@ -59,7 +66,8 @@ def map_tasks(fn: Callable, items: Iterable, *, executor: str = "serial",
     if executor == "process":
         if workers is not None and workers < 1:
             raise InputError(f"--workers must be >= 1, got {workers}")
-        with ProcessPoolExecutor(max_workers=workers or os.cpu_count()) as pool:
+        with ProcessPoolExecutor(max_workers=workers or os.cpu_count(),
+                                 initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
             futures = [pool.submit(fn, x) for x in items]
             out = []
             for f in futures:
@@ -81,6 +89,52 @@ def map_tasks(fn: Callable, items: Iterable, *, executor: str = "serial",
                 progress(done)
         return ray.get(refs)
     raise InputError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+
+
+#: ``prctl`` option: the signal the kernel sends this process when its parent exits
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int, poll_s: float = 0.5,
+                     prctl: bool = sys.platform.startswith("linux")) -> None:
+    """Process-pool initializer: end this worker when the process that started the pool
+    (``parent_pid``) dies. A parent killed with SIGKILL runs no clean-up, and its idle
+    workers would otherwise wait on their task queue for ever.
+
+    Linux (``prctl``): the kernel sends SIGKILL when the worker's parent exits
+    (``prctl(PR_SET_PDEATHSIG)``, which works even while the worker is in C code holding the
+    GIL; the pool's workers are started by the thread calling :func:`map_tasks`, which
+    outlives the pool, as ``PDEATHSIG`` fires when the creating *thread* exits). Elsewhere a
+    daemon thread polls the parent pid every ``poll_s`` seconds (an orphan is re-parented,
+    so its parent pid changes). A parent that died before either was armed is caught by the
+    check in between.
+    """
+    ppid = os.getppid()  # parent_pid itself, or the fork server under "forkserver"
+    armed = False
+    if prctl:
+        libc = ctypes.CDLL(None, use_errno=True)
+        armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    if ppid != parent_pid and not _alive(parent_pid):
+        os._exit(1)
+    if armed:
+        return
+
+    def watch():
+        while os.getppid() == ppid:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only checks that the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a process of another user: the pid was reused
+        return False
+    return True
 
 
 def _ray(address: str | None):

