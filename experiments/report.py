@@ -792,10 +792,11 @@ SECTIONS = [section_stale_gap, section_n_scaling, section_training, section_kl, 
 
 
 def timing_section(out: Path) -> str:
-    p = out / "timings.json"
-    if not p.exists():
+    from sat_theory.commands.figures import read_timings
+
+    t = read_timings(out / "timings.json", warn="report")  # a torn file: a warning, not a crash
+    if not t:
         return "## Run time\n\nNo `timings.json` (the studies were run one by one).\n"
-    t = json.loads(p.read_text())
     rows = [dict(study=k, seconds=v["seconds"], mode="quick" if v.get("quick") else "full",
                  seeds=v.get("seeds") or "default") for k, v in sorted(t.get("studies", {}).items())]
     last = t.get("last_invocation", {})

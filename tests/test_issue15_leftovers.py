@@ -5,6 +5,7 @@ exit-code contract of item 8 (internal errors, quiet stderr, temporary files on 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -76,3 +77,37 @@ def test_process_pool_workers_die_with_a_killed_parent(tmp_path, mode):
     for p in left:  # do not leave orphans behind when the test fails
         os.kill(p, signal.SIGKILL)
     assert not left, f"pool workers {left} outlived their killed parent"
+
+
+# ------------------------------------------------------------------ sat figures, timings.json
+TORN_TIMINGS = ['{"studies": {"fig_n_scaling": {"seconds": 1.5, "qu',  # a kill mid-write
+                '[1, 2]', '{"studies": {"fig_n_scaling": 3}}', b'{"studies": {"\xff": {}}}']
+
+
+@pytest.mark.parametrize("bad", TORN_TIMINGS, ids=["torn", "list", "entry", "not-utf8"])
+def test_an_invalid_timings_json_is_ignored_with_one_warning(tmp_path, capsys, bad):
+    from sat_theory.commands.figures import read_timings
+
+    path = tmp_path / "timings.json"
+    path.write_bytes(bad if isinstance(bad, bytes) else bad.encode())
+    assert read_timings(path) == {}
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("sat figures: warning: ignoring")
+
+
+def test_a_torn_timings_json_does_not_block_sat_figures(tmp_path, capsys):
+    from sat_theory import cli
+
+    out = tmp_path / "figs"
+    out.mkdir()
+    (out / "timings.json").write_text(TORN_TIMINGS[0])
+    rc = cli.main(["figures", "--quick", "--only", "fig_certificate_ladder", "--seeds", "1",
+                   "--out", str(out)])
+    assert rc == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "warning: ignoring" in err[0] and "timings.json" in err[0]
+    timings = json.loads((out / "timings.json").read_text())  # rewritten whole
+    assert set(timings["studies"]) == {"fig_certificate_ladder"}
+    assert timings["last_invocation"]["studies"] == ["fig_certificate_ladder"]
+    assert "Run time" in (out / "REPORT.md").read_text()
+    assert not list(out.glob(".timings.json.tmp*"))

@@ -2,8 +2,9 @@
 
 Runs the study scripts of ``experiments/`` (one per figure or table of the two papers), each
 writing its CSV, PNG and PDF to ``--out``, then writes ``REPORT.md`` there from the CSVs
-(:mod:`experiments.report`). The wall time of every study is recorded in ``timings.json`` and
-reported. Training runs shared by several figures are cached under ``OUT/runs`` (keyed by their
+(:mod:`experiments.report`). The wall time of every study is recorded in ``timings.json`` (written
+atomically) and reported; a torn or invalid ``timings.json`` is ignored with a one-line warning
+(timings are a record, not an input). Training runs shared by several figures are cached under ``OUT/runs`` (keyed by their
 settings; ``--retrain`` clears them); ``--executor process|ray`` trains those independent runs
 in parallel with identical results. The scripts live in the source checkout (``experiments/`` next to ``sat_theory/``).
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..executor import add_executor_arguments
+from ..metrics import write_json_atomic
 from ._io import pick_names
 
 #: every study, in the order they run (cheap exact studies first, training-based after)
@@ -71,6 +73,42 @@ def import_study(name: str):
     return importlib.import_module(f"experiments.{name}")
 
 
+def read_timings(path: Path, warn: str = "sat figures") -> dict:
+    """The ``timings.json`` at ``path`` as a dict, ``{}`` when there is none. A file that is not
+    one in the shape this command writes (torn by a kill, edited by hand, not UTF-8) is
+    ignored with one warning line on stderr starting with ``warn``: the timings of earlier
+    runs are a record, never worth blocking the figures for."""
+    if not path.exists():
+        return {}
+    try:
+        timings = json.loads(path.read_text(encoding="utf-8"))
+        problem = _timings_problem(timings)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        problem = f"not valid JSON ({type(e).__name__})"
+    if problem is not None:
+        print(f"{warn}: warning: ignoring {path}: {problem}", file=sys.stderr, flush=True)
+        return {}
+    return timings
+
+
+def _timings_problem(t) -> str | None:
+    """What makes ``t`` unlike the ``timings.json`` :func:`run` writes (``None``: nothing):
+    ``{"studies": {name: {"seconds": x, ...}}, "last_invocation"/"complete_run":
+    {"studies": [...], "seconds": x, ...}}``, every part optional."""
+    def timed(v) -> bool:
+        return isinstance(v, dict) and isinstance(v.get("seconds"), int | float)
+
+    if not isinstance(t, dict):
+        return "not a JSON object"
+    studies = t.get("studies", {})
+    if not isinstance(studies, dict) or not all(timed(v) for v in studies.values()):
+        return "'studies' is not a map of {\"seconds\": ...} objects"
+    for key in ("last_invocation", "complete_run"):
+        if key in t and not (timed(t[key]) and isinstance(t[key].get("studies"), list)):
+            return f"'{key}' is not a {{\"studies\": [...], \"seconds\": ...}} object"
+    return None
+
+
 def run(args) -> int:
     if args.seeds is not None and args.seeds < 1:
         raise InputError(f"--seeds must be >= 1, got {args.seeds}")
@@ -83,7 +121,7 @@ def run(args) -> int:
     opts = common.Options(out=out, quick=args.quick, seeds=args.seeds, executor=args.executor,
                           workers=args.workers, ray_address=args.ray_address)
     tpath = out / "timings.json"
-    timings = json.loads(tpath.read_text()) if tpath.exists() else {}
+    timings = read_timings(tpath)
     timings.setdefault("studies", {})
     failed = []
     t_all = time.perf_counter()
@@ -109,7 +147,7 @@ def run(args) -> int:
         # the wall time of a complete run (the per-study times of later partial runs may find
         # the training runs cached and show only plotting time)
         timings["complete_run"] = dict(timings["last_invocation"])
-    tpath.write_text(json.dumps(timings, indent=2, sort_keys=True) + "\n")
+    write_json_atomic(str(tpath), timings)
     if not args.no_report:
         report = import_study("report").write_report(out)
         print(f"wrote {report}")
