@@ -48,10 +48,10 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
-from .commands._io import dumps, jsonable
+from .commands._io import dumps, jsonable, read_utf8
 from .errors import InputError
 
-__all__ = ["RunWriter", "Run", "read_metrics", "load_run", "write_json_atomic"]
+__all__ = ["RunWriter", "Run", "read_config", "read_metrics", "load_run", "write_json_atomic"]
 
 
 def write_json_atomic(path: str, obj) -> None:
@@ -98,6 +98,17 @@ class RunWriter:
         self.close()
 
 
+def read_config(path: str) -> dict:
+    """A run's ``config.json``; one that is not a UTF-8 JSON object is an :class:`InputError`."""
+    try:
+        config = json.loads(read_utf8(path))
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(config, dict):
+        raise InputError(f"{path}: not a JSON object")
+    return config
+
+
 def read_metrics(path: str) -> list[dict]:
     """All records of a ``metrics.jsonl`` (a folder is read as ``folder/metrics.jsonl``)."""
     path = os.fspath(path)
@@ -106,8 +117,7 @@ def read_metrics(path: str) -> list[dict]:
     if not os.path.exists(path):
         raise InputError(f"metrics file not found: {path}")
     out = []
-    with open(path) as f:
-        lines = f.read().split("\n")
+    lines = read_utf8(path).split("\n")
     for k, line in enumerate(lines):
         if not line.strip():
             continue
@@ -141,8 +151,7 @@ def load_run(path: str) -> Run:
     cfg_path = os.path.join(path, "config.json")
     config = {}
     if os.path.exists(cfg_path):
-        with open(cfg_path) as f:
-            config = json.load(f)
+        config = read_config(cfg_path)
     run = Run(path, config)
     for rec in read_metrics(path):
         {"step": run.steps, "stage": run.stages}.get(rec["kind"], run.other).append(rec)

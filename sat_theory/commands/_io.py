@@ -1,13 +1,27 @@
-"""Shared output helpers for subcommands: strict JSON and plain tables."""
+"""Shared helpers for subcommands: reading UTF-8 text files, strict JSON, plain tables."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 
 from ..errors import InputError
+
+
+def read_utf8(path) -> str:
+    """The text of ``path`` (a JSONL, JSON or prompts file we read), which must be UTF-8.
+    Other bytes are an :class:`InputError` naming the line and byte (one line, exit 2),
+    never a traceback and never replacement characters slipped into the data."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise InputError(f"{path}: line {line} is not UTF-8 text (byte 0x{data[e.start]:02x} "
+                         f"at offset {e.start})") from None
 
 
 def jsonable(x):
