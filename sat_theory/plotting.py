@@ -17,7 +17,6 @@ One color per method across every figure (:data:`METHOD_COLORS`).
 
 from __future__ import annotations
 
-import json
 import math
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +28,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from .errors import InputError  # noqa: E402
 
 __all__ = ["METHOD_COLORS", "METHOD_LABELS", "BOUND_COLORS", "BOUND_LABELS", "paper_style",
            "save_figure", "method_color", "read_metrics", "read_config", "load_runs",
@@ -132,8 +133,22 @@ def read_metrics(path: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def read_config(run_dir: Path | str) -> dict:
+    """A run folder's ``config.json`` (``{}`` when it has none; an unreadable one is an
+    :class:`InputError`, :func:`sat_theory.metrics.read_config`)."""
+    from .metrics import read_config as read_json
+
     p = Path(run_dir) / "config.json"
-    return json.loads(p.read_text()) if p.exists() else {}
+    return read_json(str(p)) if p.exists() else {}
+
+
+def run_backend(config: dict) -> str | None:
+    """The backend that wrote a run, ``"tabular"`` or ``"llm"``, from its config:
+    ``backend.backend`` (``sat train``), ``backend.name`` (``experiments/runs.py``) or a plain
+    string; ``None`` when the config does not say."""
+    b = config.get("backend")
+    if isinstance(b, dict):
+        b = b.get("backend", b.get("name"))
+    return b if isinstance(b, str) else None
 
 
 def _flat(cfg: dict, key: str):
@@ -579,14 +594,20 @@ def plot_runs(run_dirs, out: Path | str, *, delta: float | None = None) -> list[
     one line per method, mean ± std over seeds), written to ``out``. Figures whose columns
     the logs lack are skipped."""
     run_dirs = [Path(d) for d in run_dirs]
+    configs = [read_config(d) for d in run_dirs]
+    kinds = {d: run_backend(c) for d, c in zip(run_dirs, configs, strict=True)}
+    known = sorted({k for k in kinds.values() if k is not None})
+    if len(known) > 1:  # exact J and held-out accuracy on one axis would mislead
+        listed = "; ".join(f"{k}: {', '.join(str(d) for d, b in kinds.items() if b == k)}"
+                           for k in known)
+        raise InputError(f"cannot draw runs of different backends together ({listed}); "
+                         "plot each backend separately")
     steps, stages = load_runs(run_dirs)
     if delta is None:
-        d = _flat(read_config(run_dirs[0]), "delta")
+        d = _flat(configs[0], "delta")
         delta = float(d) if isinstance(d, int | float) else None
     # the score is the exact J in the tabular world, held-out task accuracy for LLM teams
-    backend = _flat(read_config(run_dirs[0]), "backend")
-    kind = backend.get("backend") if isinstance(backend, dict) else backend
-    ylabel = ("held-out team score (J)" if kind == "llm" else "team return J (exact)")
+    ylabel = ("held-out team score (J)" if known == ["llm"] else "team return J (exact)")
     written = []
     with paper_style():
         if not stages.empty and {"J_before", "J_after"} <= set(stages.columns):

@@ -111,3 +111,62 @@ def test_a_torn_timings_json_does_not_block_sat_figures(tmp_path, capsys):
     assert timings["last_invocation"]["studies"] == ["fig_certificate_ladder"]
     assert "Run time" in (out / "REPORT.md").read_text()
     assert not list(out.glob(".timings.json.tmp*"))
+
+
+# ------------------------------------------------------------------ non-UTF-8 files, sat plot
+def _tabular_run(out: Path) -> Path:
+    from sat_theory import cli
+
+    assert cli.main(["train", "--env", "bandit", "--stages", "2", "--quiet",
+                     "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "config.json"])
+def test_non_utf8_run_files_are_one_input_error_line(tmp_path, capsys, name):
+    from sat_theory import cli
+
+    run = _tabular_run(tmp_path / "r")
+    path = run / name
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b'"', b'"\xff', 1))  # one Latin-1 byte after the first quote
+    line = data[:data.index(b'"')].count(b"\n") + 1
+    capsys.readouterr()
+    assert cli.main(["plot", str(run), "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("sat plot: error:")
+    assert f"{name}: line {line} is not UTF-8 text (byte 0xff" in err[0]
+
+
+def test_a_config_json_that_is_not_json_is_an_input_error(tmp_path, capsys):
+    from sat_theory import cli
+
+    run = _tabular_run(tmp_path / "r")
+    (run / "config.json").write_text('{"algorithm": ')
+    capsys.readouterr()
+    assert cli.main(["plot", str(run), "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "config.json: not valid JSON" in err[0]
+
+
+def test_sat_plot_refuses_to_mix_tabular_and_llm_runs(tmp_path, capsys):
+    from sat_theory import cli
+
+    tab = _tabular_run(tmp_path / "tab")
+    # the check reads the backend from config.json: an LLM run's "backend" section (as
+    # sat_llm.train writes it) on a copy of the run stands in for a trained LLM run
+    llm = tmp_path / "llm"
+    llm.mkdir()
+    (llm / "metrics.jsonl").write_bytes((tab / "metrics.jsonl").read_bytes())
+    conf = json.loads((tab / "config.json").read_text())
+    conf["backend"] = {"backend": "llm", "llm": {"model": "tiny-random"}}
+    (llm / "config.json").write_text(json.dumps(conf))
+    capsys.readouterr()
+    assert cli.main(["plot", str(tab), str(llm), "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "different backends" in err[0]
+    assert f"llm: {llm}" in err[0] and f"tabular: {tab}" in err[0]
+    assert not (tmp_path / "p").exists()  # refused before drawing anything
+    # each backend alone still draws
+    assert cli.main(["plot", str(tab), str(tab), "--out", str(tmp_path / "p2")]) == 0
+    assert cli.main(["plot", str(llm), "--out", str(tmp_path / "p3")]) == 0
