@@ -439,7 +439,7 @@ def _occupancy_sweeps(PT, b: np.ndarray, g: float, tol: float):
         x = Tx
 
 
-def residual_target(tol: float, b_norm: float, x_norm: float, g: float, n: int) -> float:
+def residual_target(tol: float, b_norm: float, x_norm: float, g: float) -> float:
     """The residual the sparse path must reach for ``M x = b`` (``M = I − γP_π`` or its
     transpose), ``x`` of size about ``x_norm``: scale-aware,
 
@@ -448,7 +448,8 @@ def residual_target(tol: float, b_norm: float, x_norm: float, g: float, n: int) 
     the first term a relative tolerance (rewards of any size), the second the roundoff of
     evaluating the residual ``b + γPx − x`` itself in float64 (``ε`` = 2.2e-16; a few units
     per entry), which no solver can go below (it decides for γ near 1, where
-    ``‖x‖ ≈ ‖b‖/(1−γ)`` is large). ``n`` (the size) is accepted for callers; unused."""
+    ``‖x‖ ≈ ‖b‖/(1−γ)`` is large; it does not grow with the number of states: each entry's
+    roundoff is relative to that entry's terms)."""
     eps = np.finfo(np.float64).eps
     return max(tol * max(b_norm, (1.0 - g) * x_norm), 4.0 * eps * (b_norm + 2.0 * x_norm))
 
@@ -467,7 +468,7 @@ def _evaluate_krylov(mdp: FactorizedMDP, pi: np.ndarray, tol: float) -> Evaluati
         return diag
 
     x0 = r_pi / (1.0 - g)
-    tol_V = residual_target(tol, _sup(r_pi), _sup(x0), g, mdp.n_states)
+    tol_V = residual_target(tol, _sup(r_pi), _sup(x0), g)
     V, res, ok = _macqueen(P_pi, r_pi, g, x0, tol_V)
     if not ok:
         V = _krylov(lambda x: x - g * (P_pi @ x), jacobi(), r_pi, tol_V, x0=V)
@@ -479,7 +480,7 @@ def _evaluate_krylov(mdp: FactorizedMDP, pi: np.ndarray, tol: float) -> Evaluati
     def solve_adjoint(b):
         # ‖Mᵀe‖₁ ≤ res gives ‖e‖₁ ≤ res/(1−γ) since ‖M^{-1}‖_∞ = 1/(1−γ); for d (‖b‖₁ = 1−γ,
         # ‖d‖₁ = 1) the target is tol·(1−γ), i.e. ‖d − d^π‖₁ ≤ tol, unless roundoff is larger
-        tol_d = residual_target(tol, _l1(b), _l1(b) / (1.0 - g), g, mdp.n_states)
+        tol_d = residual_target(tol, _l1(b), _l1(b) / (1.0 - g), g)
         # the CSC view, no copy (a CSR copy's faster products do not repay its O(nnz) build)
         PT = P_pi.T
         x, res_d, ok = _occupancy_sweeps(PT, b, g, tol_d)

@@ -26,14 +26,13 @@ def test_large_rewards_and_gamma_near_one_match_a_direct_sparse_solve(scale, gam
     assert np.abs(ev.V - V).max() <= 1e-8 * np.abs(V).max()
     assert np.abs(ev.d - d).sum() <= 1e-8
     # the residual reached is reported and inside the scale-aware target
-    target = residual_target(1e-10, np.abs(r_pi).max(), np.abs(r_pi).max() / (1 - gamma),
-                             gamma, mdp.n_states)
+    target = residual_target(1e-10, np.abs(r_pi).max(), np.abs(r_pi).max() / (1 - gamma), gamma)
     assert 0 <= ev.residual <= target
 
 
 def test_target_is_relative_and_floored_at_roundoff():
-    assert residual_target(1e-10, 1.0, 10.0, 0.9, 100) == pytest.approx(1e-10)
-    assert residual_target(1e-10, 1e6, 1e7, 0.9, 100) == pytest.approx(1e-4)
+    assert residual_target(1e-10, 1.0, 10.0, 0.9) == pytest.approx(1e-10)
+    assert residual_target(1e-10, 1e6, 1e7, 0.9) == pytest.approx(1e-4)
     # γ = 0.9999, ‖V‖ = 1e10: the residual of float64 V cannot go below ~ε‖V‖
-    floor = residual_target(1e-14, 1e6, 1e10, 0.9999, 10_000)
+    floor = residual_target(1e-14, 1e6, 1e10, 0.9999)
     assert floor > 1e-14 * 1e6 and floor == pytest.approx(4 * 2.220446e-16 * (1e6 + 2e10))
