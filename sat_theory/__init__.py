@@ -1,6 +1,6 @@
 """Exact tabular world of Sequential Agent Tuning (SAT) and TeamTR.
 
-Public API (see THEORY.md for every definition):
+Public API (see docs/theory.md for every definition):
 
 - :class:`FactorizedMDP` — finite team MDP (factored, masked or turn-taking; dense or sparse)
 - :class:`TeamPolicy` — one softmax factor per agent

@@ -170,3 +170,15 @@ def test_sat_plot_refuses_to_mix_tabular_and_llm_runs(tmp_path, capsys):
     # each backend alone still draws
     assert cli.main(["plot", str(tab), str(tab), "--out", str(tmp_path / "p2")]) == 0
     assert cli.main(["plot", str(llm), "--out", str(tmp_path / "p3")]) == 0
+
+
+# ------------------------------------------------------------------ sat verify --help
+def test_verify_help_names_the_projects_theory_document(capsys):
+    from sat_theory import cli
+    from sat_theory.commands import verify
+
+    assert cli.main(["verify", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert verify.THEORY_DOC in " ".join(text.split()) and "THEORY.md" not in text
+    assert (ROOT / verify.THEORY_DOC).is_file()
+    assert "THEORY.md" not in (verify.__doc__ or "")

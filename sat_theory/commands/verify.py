@@ -1,10 +1,11 @@
 """``sat verify [--quick] [--seed S] [--only NAME[,NAME]] [--json] [--executor serial|process|ray
 [--workers N] [--ray-address ADDR]]``.
 
-Runs every registered check of :mod:`sat_theory.verify` (THEORY.md's results, each checked
-exactly on many toy MDPs), shows a progress bar on stderr and prints a table grouped by
-THEORY section: cases, violations, min slack (true − bound; negative = violated) and tightness
-(median bound/true; 1 = tight), then each check's findings. ``--json`` prints
+Runs every registered check of :mod:`sat_theory.verify` (the results stated in
+``docs/theory.md``, each checked exactly on many toy MDPs), shows a progress bar on stderr and
+prints a table grouped by section of ``docs/theory.md``: cases, violations, min slack
+(true − bound; negative = violated) and tightness (median bound/true; 1 = tight), then each
+check's findings. ``--json`` prints
 ``{"checks": [...], "passed": bool}`` instead. Exit status 0 iff every check passed, 1 if
 one failed, 2 on bad input (e.g. an unknown ``--only`` name). ``--executor`` runs the
 independent checks in a process pool or as Ray tasks (:mod:`sat_theory.executor`); the
@@ -20,8 +21,14 @@ import time
 from ..executor import add_executor_arguments
 from ._io import dumps, pick_names, table
 
+#: the project's theory document: every check's statement, under the section its table shows
+THEORY_DOC = "docs/theory.md"
+
 
 def add_arguments(p):
+    p.epilog = (f"Each check evaluates a result stated in {THEORY_DOC} (with its paper "
+                "reference), under the section its table shows. Exit status 0 iff every check "
+                "passed, 1 if one failed, 2 on bad input.")
     p.add_argument("--quick", action="store_true",
                    help="fewer cases per check (CI mode; all checks in well under a minute)")
     from ..cli import arg_type, with_range
