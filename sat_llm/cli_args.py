@@ -8,7 +8,7 @@ The shared flags (``--agents --stages --delta --seed --group-size --groups --met
 
 from __future__ import annotations
 
-__all__ = ["add_arguments", "LLM_DEFAULTS"]
+__all__ = ["add_arguments", "LLM_DEFAULTS", "DATASET_FLAGS"]
 
 #: defaults of shared flags when the backend is llm (the tabular defaults are for MDPs)
 LLM_DEFAULTS = dict(agents=2, groups=8, group_size=4, gamma=1.0, delta=0.05)
@@ -61,10 +61,10 @@ def add_arguments(p) -> None:
                         "tiny-random (random, for tests) | a HF model directory | a .gguf file")
     g.add_argument("--agent-models", default=None,
                    help="heterogeneous team: comma-separated model per agent (separate bases)")
-    g.add_argument("--task", default="arithmetic",
-                   help="arithmetic | countdown | guess | blocksworld | copy | jsonl, or "
+    g.add_argument("--task", default=None,
+                   help="arithmetic (default) | countdown | guess | blocksworld | copy | dataset "
+                        "(the default with --dataset; also called jsonl), or "
                         "package.module:TaskClass (a sat_llm.tasks.Task subclass)")
-    g.add_argument("--jsonl", default=None, help="task jsonl: file of {\"prompt\", \"answer\"} lines")
     g.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
                    help="task option (repeatable). arithmetic: lo=0 hi=9 (operand range, default), or "
                         "digits=D; ops='+-*'. countdown: count=3 max_number=20. guess: digits=3. "
@@ -108,3 +108,34 @@ def add_arguments(p) -> None:
                         "model recomputes and compares (0: off)", default=8)
     num("--logp-tol", "largest tolerated mean per-token |Δ log π| of that check (0: by dtype)",
         default=0.0)
+    _dataset_arguments(p)
+
+
+#: flags of the dataset task, passed to sat_llm.tasks.DatasetTask as task options
+DATASET_FLAGS = ("prompt_column", "answer_column", "split", "eval_split", "eval_fraction", "checker")
+
+
+def _dataset_arguments(p) -> None:
+    from sat_theory.cli import arg_type, with_range
+
+    g = p.add_argument_group("your own data (--dataset; task dataset)")
+    fraction = ("float", 0.0, 1.0, False, False)
+    g.add_argument("--dataset", "--jsonl", dest="dataset", default=None, metavar="PATH",
+                   help="local dataset, never downloaded: a datasets save_to_disk folder, or a "
+                        ".parquet, .jsonl/.json or .csv file (implies --task dataset; an answer "
+                        "'... #### 42' counts as 42, the GSM8K rule)")
+    g.add_argument("--prompt-column", default=None,
+                   help="column of the prompts (default: the first of prompt, question, problem)")
+    g.add_argument("--answer-column", default=None,
+                   help="column of the gold answers (default: the first of answer, solution)")
+    g.add_argument("--split", default=None,
+                   help="training split (default: train, or the dataset's only split)")
+    g.add_argument("--eval-split", default=None,
+                   help="held-out split, e.g. test (default: hold out --eval-fraction of --split)")
+    g.add_argument("--eval-fraction", type=arg_type(fraction), default=None,
+                   help=with_range("fraction of --split's rows held out, seeded shuffle (default "
+                                   "0.2)", fraction))
+    g.add_argument("--checker", choices=("math-verify", "exact", "builtin"), default=None,
+                   help="answer checker: math-verify (default; the math-verify package, plain "
+                        "integers compared directly) | exact (the same string) | builtin (our "
+                        "normaliser: \\boxed, $, commas, fractions and decimals as rationals)")

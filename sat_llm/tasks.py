@@ -22,17 +22,20 @@ with environment feedback (:meth:`Task.feedback`).
 - ``copy``: repeat a random ``length``-letter string; partial credit (the fraction of
   positions that match), so even a random model's scores vary within a group — a sanity
   task for tiny models and tests.
-- ``jsonl``: the user's own file of ``{"prompt": ..., "answer": ...}`` lines, split into
-  train/eval by a seeded shuffle; :func:`math_equal` compares answers (``\\boxed{}``, ``$``,
-  commas, fractions and decimals normalised).
+- ``dataset`` (also called ``jsonl``): the user's own local dataset (``--dataset PATH``: a
+  ``save_to_disk`` folder, parquet, JSONL or CSV, read by :mod:`sat_llm.data`), a training
+  split and a held-out split or fraction; the answer checker is ``--checker`` (:data:`CHECKERS`:
+  math-verify by default, ``exact``, or our own :func:`math_equal` as ``builtin``).
 """
 
 from __future__ import annotations
 
 import ast
-import json
+import functools
+import logging
 import random
 import re
+import threading
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -42,7 +45,8 @@ from sat_theory.errors import InputError
 
 __all__ = ["Problem", "Task", "TASKS", "make_task", "validate_plan", "math_equal",
            "extract_answer", "bulls_cows", "ArithmeticTask", "CountdownTask", "GuessTask",
-           "BlocksworldTask", "CopyTask", "JsonlTask"]
+           "BlocksworldTask", "CopyTask", "DatasetTask", "CHECKERS", "exact_equal",
+           "math_verify_equal", "plain_integer"]
 
 ANSWER_HINT = "End your message with a line 'Answer: <answer>'."
 
@@ -410,7 +414,7 @@ class CopyTask(Task):
         return sum(a == b for a, b in zip(text, problem.answer, strict=False)) / len(problem.answer)
 
 
-# ------------------------------------------------------------------------ user JSONL + math
+# ------------------------------------------------------------------- answer checkers (math)
 
 def _normalize_math(s: str) -> str:
     s = str(s).strip()
@@ -438,8 +442,9 @@ def _as_number(s: str) -> Fraction | None:
 
 
 def math_equal(pred: str, gold: str) -> bool:
-    """Answers equal after normalisation: numerically (exact rationals, so ``0.5 == 1/2 ==
-    \\frac{1}{2}``) when both parse as numbers, else as normalised strings."""
+    """Our own checker (``--checker builtin``): answers equal after normalisation —
+    numerically (exact rationals, so ``0.5 == 1/2 == \\frac{1}{2}``) when both parse as
+    numbers, else as normalised strings."""
     a, b = _normalize_math(pred), _normalize_math(gold)
     na, nb = _as_number(a), _as_number(b)
     if na is not None and nb is not None:
@@ -447,46 +452,194 @@ def math_equal(pred: str, gold: str) -> bool:
     return a.lower() == b.lower() and a != ""
 
 
-class JsonlTask(Task):
-    """A user's JSONL file of ``{"prompt", "answer"}`` objects; ``eval_fraction`` of the
-    lines (seeded shuffle) form the eval split."""
+def exact_equal(pred: str, gold: str) -> bool:
+    """``--checker exact``: the same non-empty string once surrounding whitespace is stripped."""
+    return pred.strip() == gold.strip() != ""
 
-    name = "jsonl"
 
-    def __init__(self, path: str | None, eval_fraction: float = 0.2):
+_PLAIN_INT = re.compile(r"-?(?:\d+|[1-9]\d{0,2}(?:,\d{3})+)")
+
+
+def plain_integer(s: str) -> int | None:
+    """``s`` as an integer when it is written plainly: an optional ``-`` and digits, or
+    digits grouped in threes by commas after a non-zero lead (``-1,000``); else ``None``.
+    Narrower than it could be, to stay where math-verify agrees (measured in
+    tests/test_answer_check.py): math-verify reads ``+1,000`` as the set {0, 1} and
+    ``0,001`` as 0.001 (a decimal comma)."""
+    s = s.strip()
+    return int(s.replace(",", "")) if _PLAIN_INT.fullmatch(s) else None
+
+
+#: seconds math-verify may spend parsing or comparing one answer (its signal-based timeout)
+MATH_VERIFY_TIMEOUT = 5
+_MATH_DELIMS = re.compile(r"(?<!\\)\$|\\\(|\\\[|\\boxed")
+
+
+class _NoTimeoutNotice:
+    """Drops math-verify's notice that its timeout is off: we turn it off on purpose outside
+    the main thread (``signal.alarm`` works only there) — see :func:`math_verify_equal`."""
+
+    @staticmethod
+    def filter(record) -> bool:
+        return not record.getMessage().startswith("Timeout is disabled")
+
+
+@functools.cache
+def _math_verify():
+    """``(parse, verify)`` of math-verify, imported on first use."""
+    try:
+        from math_verify import parse, verify
+    except ImportError:
+        raise InputError("the math-verify checker needs the 'math-verify' package: pip install "
+                         "math-verify (or choose --checker builtin)") from None
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logging.getLogger(name).addFilter(_NoTimeoutNotice)
+    return parse, verify
+
+
+@functools.lru_cache(maxsize=4096)
+def _mv_parse(text: str, timeout: int | None) -> tuple:
+    """math-verify's parse of an answer; a bare answer (no ``$``, ``\\(``, ``\\[`` or
+    ``\\boxed``) is read as inline LaTeX ``$text$``, which math-verify reads far more
+    reliably than bare text (bare ``1,2`` parses as 1.2, bare ``1+x`` as 1)."""
+    parse, _ = _math_verify()
+    if not _MATH_DELIMS.search(text):
+        text = f"${text}$"
+    return tuple(parse(text, parsing_timeout=timeout))
+
+
+def math_verify_equal(pred: str, gold: str) -> bool:
+    """``--checker math-verify`` (the default of the dataset task): math-verify's
+    ``verify(parse(gold), parse(pred))``, except that two plain integers
+    (:func:`plain_integer`) are compared as integers — the fast path, measured to agree with
+    math-verify (tests/test_answer_check.py) and far faster. math-verify's timeouts use
+    ``signal.alarm``, which works only in the main thread; elsewhere they are off."""
+    a, b = plain_integer(pred), plain_integer(gold)
+    if a is not None and b is not None:
+        return a == b
+    _, verify = _math_verify()
+    timeout = MATH_VERIFY_TIMEOUT if threading.current_thread() is threading.main_thread() else None
+    g, p = _mv_parse(gold, timeout), _mv_parse(pred, timeout)
+    return bool(g and p and verify(list(g), list(p), timeout_seconds=timeout))
+
+
+#: ``--checker`` choices: name -> ``check(pred, gold) -> bool``
+CHECKERS = {"math-verify": math_verify_equal, "exact": exact_equal, "builtin": math_equal}
+
+
+# --------------------------------------------------------------- the user's own data set
+
+class DatasetTask(Task):
+    """A local dataset of prompts and gold answers (``--dataset PATH``, read by
+    :mod:`sat_llm.data`). Training problems come from ``split``; held-out ones from
+    ``eval_split`` when given, else from ``eval_fraction`` (default 0.2) of ``split``'s rows
+    (seeded shuffle, the rest train). The final message's answer (:func:`extract_answer`) is
+    scored 1 when ``checker`` (:data:`CHECKERS`) finds it equal to the gold answer.
+    ``fingerprint``: the rows' hash recorded by a run; a dataset that no longer matches it
+    is refused (a resumed run must see the same problems)."""
+
+    name = "dataset"
+
+    def __init__(self, path: str | None, prompt_column: str | None = None,
+                 answer_column: str | None = None, split: str | None = None,
+                 eval_split: str | None = None, eval_fraction: float | None = None,
+                 checker: str = "math-verify", fingerprint: str | None = None):
+        from . import data
+
         if not path:
-            raise InputError("task 'jsonl' needs a prompts file (--jsonl FILE.jsonl)")
-        p = Path(path)
-        if not p.is_file():
-            raise InputError(f"prompts file not found: {path}")
-        if not 0 < eval_fraction < 1:
-            raise InputError(f"eval fraction must be in (0, 1), got {eval_fraction}")
-        self.items: list[Problem] = []
-        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{i}: malformed JSON ({e.msg})") from None
-            if not isinstance(obj, dict) or "prompt" not in obj or "answer" not in obj:
-                raise InputError(f"{path}:{i}: each line must be an object with 'prompt' and 'answer'")
-            self.items.append(Problem(str(obj["prompt"]).strip() + f" {ANSWER_HINT}", str(obj["answer"])))
-        if len(self.items) < 2:
-            raise InputError(f"{path}: need at least 2 prompt/answer lines, found {len(self.items)}")
-        self.eval_fraction = eval_fraction
+            raise InputError("the dataset task needs a local dataset (--dataset PATH)")
+        if checker not in CHECKERS:
+            raise InputError(f"unknown checker {checker!r}; choose {', '.join(CHECKERS)}")
+        if checker == "math-verify":
+            _math_verify()  # a missing package fails now, before any data is read
+        if eval_split is not None and eval_fraction is not None:
+            raise InputError("give --eval-split or --eval-fraction, not both")
+        if eval_split is None:
+            eval_fraction = 0.2 if eval_fraction is None else eval_fraction
+            if not 0 < eval_fraction < 1:
+                raise InputError(f"eval fraction must be in (0, 1), got {eval_fraction}")
+        splits = data.load_splits(path)
+        split = self._split_name(splits, split, path)
+        ds = splits[split]
+        cols = dict(prompt_column=data.pick_column(ds.column_names, prompt_column, data.PROMPT_COLUMNS,
+                                                   "--prompt-column", path),
+                    answer_column=data.pick_column(ds.column_names, answer_column, data.ANSWER_COLUMNS,
+                                                   "--answer-column", path))
+        self.rows = data.split_rows(ds, *cols.values(), f"{path} [{split}]")
+        self.eval_rows = None
+        if eval_split is not None:
+            if eval_split not in splits or eval_split == split:
+                raise InputError(f"--eval-split {eval_split!r}: {path} has the splits "
+                                 f"{', '.join(splits)} (and the training split is {split!r})")
+            ev = splits[eval_split]
+            for c in cols.values():
+                data.pick_column(ev.column_names, c, (), "the training split's column",
+                                 f"{path} [{eval_split}]")
+            self.eval_rows = data.split_rows(ev, *cols.values(), f"{path} [{eval_split}]")
+        elif len(self.rows) < 2:
+            raise InputError(f"{path}: need at least 2 rows to hold some out, found {len(self.rows)}")
+        self.fingerprint = data.fingerprint(self.rows, *([self.eval_rows] if self.eval_rows else []))
+        if fingerprint is not None and fingerprint != self.fingerprint:
+            raise InputError(f"{path}: the dataset changed since this run started (rows hash "
+                             f"{self.fingerprint}, recorded {fingerprint}); restore it or start a "
+                             "new run")
+        self.path = str(Path(path).resolve())
+        self.check = CHECKERS[checker]
+        self._options = dict(**cols, split=split, eval_split=eval_split,
+                             eval_fraction=eval_fraction, checker=checker,
+                             fingerprint=self.fingerprint)
+
+    @staticmethod
+    def _split_name(splits: dict, split: str | None, path: str) -> str:
+        if split is not None:
+            if split not in splits:
+                raise InputError(f"--split {split!r}: {path} has the splits {', '.join(splits)}")
+            return split
+        if "train" in splits or len(splits) == 1:
+            return "train" if "train" in splits else next(iter(splits))
+        raise InputError(f"{path} has the splits {', '.join(splits)}: choose one with --split")
+
+    def options(self) -> dict:
+        """The resolved constructor options (columns and split named, fingerprint set):
+        ``DatasetTask(task.path, **task.options())`` rebuilds this task exactly."""
+        return dict(self._options)
+
+    def record(self, n_train: int, n_eval: int, seed: int) -> dict:
+        """What a run's ``config.json`` says about its data: the path, the options and the
+        number of rows available (``rows``) and used (``used``) in each role."""
+        train, held = self._roles(seed)
+        used_train = self.problems("train", n_train, seed)
+        used_eval = self.problems("eval", n_eval, seed, exclude={p.prompt for p in used_train})
+        return dict(path=self.path, **self.options(), rows=dict(train=len(train), eval=len(held)),
+                    used=dict(train=len(used_train), eval=len(used_eval)))
+
+    def _roles(self, seed: int) -> tuple[list, list]:
+        """``(training rows, held-out rows)``, each in a seeded order: the two splits, or
+        the first ``max(1, round(eval_fraction · N))`` rows of a seeded shuffle held out."""
+        def shuffled(xs):
+            xs = list(xs)
+            random.Random(seed).shuffle(xs)
+            return xs
+
+        if self.eval_rows is not None:
+            return shuffled(self.rows), shuffled(self.eval_rows)
+        order = shuffled(range(len(self.rows)))
+        k = min(len(order) - 1, max(1, round(self._options["eval_fraction"] * len(order))))
+        return [self.rows[i] for i in order[k:]], [self.rows[i] for i in order[:k]]
 
     def problems(self, split, n, seed=0, exclude=None):
+        """At most ``n`` problems of ``split`` ("train" or "eval", :meth:`_roles`); the eval
+        split drops prompts in ``exclude`` (duplicates of training prompts)."""
         if split not in ("train", "eval"):
             raise InputError(f"split must be 'train' or 'eval', got {split!r}")
-        order = list(range(len(self.items)))
-        random.Random(seed).shuffle(order)
-        n_eval = max(1, round(self.eval_fraction * len(order)))
-        idx = order[:n_eval] if split == "eval" else order[n_eval:]
-        return [self.items[i] for i in idx[:n]]
+        rows = self._roles(seed)[split == "eval"]
+        out = [Problem(f"{prompt} {ANSWER_HINT}", answer) for prompt, answer in rows]
+        if split == "eval" and exclude:
+            out = [p for p in out if p.prompt not in exclude]
+        return out[:n]
 
     def score(self, problem, final_message):
-        return float(math_equal(extract_answer(final_message), problem.answer))
+        return float(self.check(extract_answer(final_message), problem.answer))
 
 
 TASKS = {
@@ -495,7 +648,9 @@ TASKS = {
     "guess": "number guessing with bulls/cows feedback (multi-turn)",
     "blocksworld": "blocksworld plan generation with a plan validator",
     "copy": "repeat a random string (partial credit; sanity task for tiny models)",
-    "jsonl": "your own JSONL of prompt/answer pairs (--prompts), math answer checker",
+    "dataset": "your own local dataset (--dataset PATH: save_to_disk folder, parquet, JSONL, "
+               "CSV); answers checked by --checker (default math-verify)",
+    "jsonl": "the same as dataset (the older name, for a JSONL file)",
 }
 
 
@@ -518,12 +673,14 @@ def make_task(name: str, prompts: str | None = None, **kw) -> Task:
     (a :class:`Task` subclass); unknown names or options -> InputError."""
     classes = {"arithmetic": ArithmeticTask, "countdown": CountdownTask, "guess": GuessTask,
                "blocksworld": BlocksworldTask, "copy": CopyTask}
-    if name not in classes and name != "jsonl" and ":" not in name:
+    if name not in classes and name not in ("dataset", "jsonl") and ":" not in name:
         raise InputError(f"unknown task {name!r}: choose one of {', '.join(TASKS)} "
                          "(or package.module:TaskClass)")
     try:
         if ":" in name:
             return _import_task(name, kw)
-        return JsonlTask(prompts, **kw) if name == "jsonl" else classes[name](**kw)
+        if name in ("dataset", "jsonl"):
+            return DatasetTask(prompts, **kw)
+        return classes[name](**kw)
     except TypeError as e:
         raise InputError(f"bad option for task {name!r}: {e}") from None

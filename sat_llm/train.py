@@ -56,14 +56,17 @@ def _task_options(items) -> dict:
 
 
 #: LLMConfig fields whose flag has another name (every other field is ``--field-name``)
-_FLAG_OF = {"lr": "llm_lr", "epochs": "llm_epochs", "prompts": "jsonl",
+_FLAG_OF = {"lr": "llm_lr", "epochs": "llm_epochs", "prompts": "dataset",
             "task_options": "task_option"}
 
 
 def build_llm_config(args):
     """The :class:`~sat_llm.team.LLMConfig` of the flags: every field whose flag was parsed
-    (``--llm-lr`` → ``lr``, ``--llm-epochs`` → ``epochs``, ``--jsonl`` → ``prompts``,
-    repeated ``--task-option`` → ``task_options``; comma lists for tuple fields)."""
+    (``--llm-lr`` → ``lr``, ``--llm-epochs`` → ``epochs``, ``--dataset`` → ``prompts``,
+    repeated ``--task-option`` → ``task_options``; comma lists for tuple fields). The
+    dataset flags (``cli_args.DATASET_FLAGS``) become task options of the dataset task,
+    which ``--dataset`` selects when ``--task`` is not given."""
+    from .cli_args import DATASET_FLAGS
     from .team import LLMConfig
 
     kw = {}
@@ -76,6 +79,12 @@ def build_llm_config(args):
         elif isinstance(v, str) and "tuple" in str(f.type):
             v = tuple(x.strip() for x in v.split(","))
         kw[f.name] = v
+    dataset_opts = {k: getattr(args, k) for k in DATASET_FLAGS if getattr(args, k, None) is not None}
+    if kw.get("prompts") is not None or dataset_opts:
+        kw.setdefault("task", "dataset")
+        if kw["task"] not in ("dataset", "jsonl"):
+            raise InputError(f"--dataset and its options go with --task dataset, not --task {kw['task']}")
+        kw["task_options"] = {**kw.get("task_options", {}), **dataset_opts}
     return LLMConfig(**kw)
 
 
@@ -112,12 +121,17 @@ class LLMBackend:
                 raise InputError("the LLM backend's Stage-0 is the TeamTR distillation "
                                  "(--stage0-form distill)")
         llm_cfg = build_llm_config(args)
-        from .tasks import make_task
+        from .tasks import DatasetTask, make_task
 
         # an unknown task or one too small for --n-train + --n-eval fails now, before any work
-        make_task(llm_cfg.task, llm_cfg.prompts, **llm_cfg.task_options).check_sizes(
-            llm_cfg.n_train, llm_cfg.n_eval)
-        config = dict(backend=dict(backend="llm", llm=llm_cfg.to_dict(), versions=_versions()))
+        task = make_task(llm_cfg.task, llm_cfg.prompts, **llm_cfg.task_options)
+        task.check_sizes(llm_cfg.n_train, llm_cfg.n_eval)
+        config = dict(backend=dict(backend="llm"))
+        if isinstance(task, DatasetTask):  # resolved path, columns, split and rows hash: a
+            # resume rebuilds (and checks) the same problems; `dataset` is for the reader
+            llm_cfg.prompts, llm_cfg.task_options = task.path, task.options()
+            config["backend"]["dataset"] = task.record(llm_cfg.n_train, llm_cfg.n_eval, llm_cfg.seed)
+        config["backend"].update(llm=llm_cfg.to_dict(), versions=_versions())
         if getattr(args, "executor", "serial") == "ray":  # agents as Ray actors
             from .ray_team import ray_options
 

@@ -88,7 +88,7 @@ def test_jsonl_task(tmp_path):
 
 @pytest.mark.parametrize("content, msg", [
     ('{"prompt": "a", "answer": 1}\n{"prompt": ', "malformed JSON"),
-    ('{"prompt": "a"}\n{"prompt": "b", "answer": 2}', "'prompt' and 'answer'"),
+    ('{"prompt": "a"}\n{"prompt": "b", "answer": 2}', "row 0, column 'answer': the answer must be"),
     ('{"prompt": "a", "answer": 1}', "at least 2"),
 ])
 def test_jsonl_bad_input(tmp_path, content, msg):
@@ -103,5 +103,5 @@ def test_unknown_task_and_bad_options():
         make_task("chess")
     with pytest.raises(InputError, match="bad option"):
         make_task("copy", colour=1)
-    with pytest.raises(InputError, match="needs a prompts file"):
+    with pytest.raises(InputError, match="needs a local dataset"):
         make_task("jsonl")
