@@ -151,11 +151,13 @@ def blas_summary(info: dict) -> str:
 
 def save_json(obj: dict, name: str, out: str | os.PathLike | None = None) -> Path:
     """Write ``obj`` as JSON to ``out`` (default ``results/<name>.json``); return the path."""
+    from sat_theory.checkpoint import write_atomic
     from sat_theory.commands._io import dumps
 
     path = Path(out) if out is not None else RESULTS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(json.loads(dumps(obj)), indent=1) + "\n")
+    text = json.dumps(json.loads(dumps(obj)), indent=1) + "\n"
+    write_atomic(path, lambda tmp: tmp.write_text(text))  # render.py reads it later
     return path
 
 

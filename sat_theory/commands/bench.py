@@ -1,4 +1,5 @@
-"""``sat bench [--quick] [--json] [--only NAME[,NAME]] [--smoke]``: performance benchmarks.
+"""``sat bench [--quick] [--json] [--only NAME[,NAME]] [--out DIR] [--strict] [--smoke]``:
+performance benchmarks.
 
 Runs the scripts of ``experiments/benchmarks/`` (issue 7; see ``BENCHMARKS.md``) through
 their ``main()`` functions: ``eval`` (exact evaluation vs QuantEcon, pymdptoolbox and one
@@ -8,10 +9,15 @@ bare LAPACK solve), ``sparse`` (our sparse evaluation vs value iteration on larg
 ``sat figures --quick``, run as subprocesses) and ``llm`` (the LLM backend on CPU: batched vs
 per-sample generation, exact-KL monitor overhead, resampling overhead in tokens, model load,
 rollout time vs G and n; skipped with a one-line note when torch/transformers/peft are
-missing). Every comparison is a ratio measured in one run. Each
-script writes its JSON under ``experiments/benchmarks/results/``; this command prints each
-script's table and then every target as MET or MISSED, or with ``--json`` one object
-``{"machine": …, "benchmarks": {name: result}, "targets": [...]}`` on stdout.
+missing). Every comparison is a ratio measured in one run.
+
+Each script writes its JSON to ``--out`` (default ``bench_out/`` in the current folder; with
+``--smoke`` a temporary folder, removed afterwards) as ``bench_<name>[_quick].json`` — never
+into the source tree, whose ``experiments/benchmarks/results/`` holds the reference results
+quoted in ``BENCHMARKS.md``. This command prints each script's table and then every target as
+MET or MISSED (:data:`MISSED_NOTE`), or with ``--json`` one object
+``{"machine": …, "benchmarks": {name: result}, "targets": [...]}`` on stdout. Exit status 0,
+or with ``--strict`` 1 when a target was missed; 2 on bad input.
 
 The scripts live in the source checkout (they are experiments, not library code), so this
 command needs the repository, e.g. an editable install. Peers (quantecon, pymdptoolbox) come
@@ -20,6 +26,7 @@ with the ``dev`` extra; a missing peer is left out of the tables.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import tempfile
@@ -29,6 +36,12 @@ from ..errors import InputError
 from ._io import dumps, pick_names, table
 
 BENCHES = ("eval", "sparse", "certificate", "scaling", "suites", "llm")
+
+#: what MISSED means, printed under the targets table
+MISSED_NOTE = ("MISSED: the measured value did not reach its goal in this run. A target is a "
+               "performance goal (a ratio of two timings taken in the same run), not a "
+               "correctness check; a loaded or different machine can miss it. BENCHMARKS.md "
+               "has the calm-machine numbers; --strict makes a miss exit 1.")
 
 
 def add_arguments(p):
@@ -45,13 +58,28 @@ def add_arguments(p):
                    metavar="N",
                    help="limit every BLAS library to N threads for the run (needs threadpoolctl); "
                         "1 is the stable comparison on a loaded machine")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="folder for the JSON results, bench_<name>[_quick].json (default: "
+                        "./bench_out in the current folder; with --smoke a temporary folder)")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when any target is MISSED (default: report it, exit 0)")
     p.add_argument("--smoke", action="store_true",
-                   help="tiny sizes to check that the scripts run (numbers meaningless; "
-                        "results go to a temporary folder)")
+                   help="tiny sizes to check that the scripts run (numbers meaningless)")
+    p.epilog = MISSED_NOTE
 
 
 def bench_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "experiments" / "benchmarks"
+
+
+def out_folder(out: str | None, smoke: bool) -> tuple[Path, tempfile.TemporaryDirectory | None]:
+    """The results folder (``--out``, else ``./bench_out``, else for ``--smoke`` a temporary
+    one, returned too so that the caller removes it); an ``--out`` that is a file is refused."""
+    tmp = tempfile.TemporaryDirectory(prefix="sat_bench_") if smoke and out is None else None
+    folder = Path(tmp.name if tmp is not None else out or "bench_out")
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"--out {folder} is a file, not a folder")
+    return folder, tmp
 
 
 def run(args) -> int:
@@ -69,8 +97,13 @@ def run(args) -> int:
         limit = common.blas_threads(args.blas_threads)
     except ImportError:
         raise InputError("--blas-threads needs threadpoolctl (pip install threadpoolctl)") from None
+    out, tmp = out_folder(args.out, args.smoke)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"cannot create --out {out}: {e.strerror}") from None
     results, targets = {}, []
-    with tempfile.TemporaryDirectory() as tmp, limit:
+    with tmp or contextlib.nullcontext(), limit:
         for name in names:
             mod = importlib.import_module(f"bench_{name}")
             reason = mod.available() if hasattr(mod, "available") else None
@@ -79,9 +112,10 @@ def run(args) -> int:
                 print(f"{name}: skipped ({reason})", file=sys.stderr if args.json else sys.stdout,
                       flush=True)
                 continue
-            kwargs = {"quick": args.quick, "verbose": not args.json}
+            kwargs = {"quick": args.quick, "verbose": not args.json,
+                      "out": str(out / f"bench_{name}{'_quick' if args.quick else ''}.json")}
             if args.smoke:
-                kwargs.update(cfg=mod.SMOKE, out=str(Path(tmp) / f"bench_{name}.json"))
+                kwargs["cfg"] = mod.SMOKE
             if not args.json:
                 print(f"== {name} ==", flush=True)
             res = mod.main(**kwargs)
@@ -90,9 +124,11 @@ def run(args) -> int:
             if not args.json:
                 print(flush=True)
         machine = common.machine_info()  # inside the limit: it reports the threads used
+    missed = [t for t in targets if not t["met"]]
+    status = 1 if args.strict and missed else 0
     if args.json:
         print(dumps({"machine": machine, "benchmarks": results, "targets": targets}))
-        return 0
+        return status
     from _common import blas_summary
 
     print(f"machine: {machine['cpu']}, {machine['nproc']} cores, BLAS {blas_summary(machine)}, "
@@ -101,4 +137,9 @@ def run(args) -> int:
         rows = [{"benchmark": t["benchmark"], "target": t["target"], "value": t["value"],
                  "goal": t["goal"], "status": "MET" if t["met"] else "MISSED"} for t in targets]
         print(table(rows, ["benchmark", "target", "value", "goal", "status"], fmt="{:.3g}"))
-    return 0
+        print(f"{len(targets) - len(missed)}/{len(targets)} targets met")
+        if missed:
+            print(MISSED_NOTE)
+    if tmp is None:
+        print(f"results: {out}")
+    return status
