@@ -226,3 +226,22 @@ def test_bench_writes_to_out_and_strict_exits_1_on_a_miss(tmp_path, capsys, monk
     (tmp_path / "f").write_text("x")
     assert cli.main(["bench", "--smoke", "--only", "certificate", "--out", str(tmp_path / "f")]) == 2
     assert "is a file" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ README Python API
+def readme_api_example() -> str:
+    """The first ```python block of README.md's "## Python API" section."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
+    return section.split("```python\n", 1)[1].split("\n```", 1)[0]
+
+
+def test_readme_python_api_example_runs_as_written(tmp_path, monkeypatch, capsys):
+    code = readme_api_example()
+    monkeypatch.chdir(tmp_path)  # whatever it writes stays out of the checkout
+    exec(compile(code, "README.md (Python API)", "exec"), {"__name__": "__readme__"})
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and out[0].startswith("J = ") and out[0].endswith(": True")
+    j_start, j_end = (float(x) for x in out[1].removeprefix("J ").split(" -> "))
+    assert j_end > j_start  # SAT's stages improved the team (exact mode, monotone)
+    assert not list(tmp_path.iterdir())
