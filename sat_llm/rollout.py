@@ -29,6 +29,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from sat_theory.progress import bar as progress_bar
+
 __all__ = ["generate", "score_logits", "message_logprobs", "pad_right", "shared_prefixes",
            "model_device", "HostSampler"]
 
@@ -59,6 +61,18 @@ class HostSampler:
         return torch.full_like(scores, -math.inf).scatter_(1, tok, 0.0)
 
 
+class _TokenTicks:
+    """Logits processor that only counts decoding steps on a progress bar (the scores pass
+    through unchanged); added only while bars are shown."""
+
+    def __init__(self, bar):
+        self.bar = bar
+
+    def __call__(self, input_ids, scores):
+        self.bar.update(1)
+        return scores
+
+
 def _gen_config(max_new_tokens: int, stop_ids, pad_id):
     from transformers import GenerationConfig
 
@@ -72,7 +86,7 @@ def _gen_config(max_new_tokens: int, stop_ids, pad_id):
 @torch.no_grad()
 def generate(model, contexts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float = 1.0,
              stop_ids: Sequence[int], pad_id: int, greedy: bool = False,
-             share_prefix: bool = True) -> tuple[list[list[int]], list[np.ndarray]]:
+             share_prefix: bool = True, streamer=None) -> tuple[list[list[int]], list[np.ndarray]]:
     """Sample one message per context. Returns ``(messages, logps)``: token ids cut after the
     first stop token, and the per-token behaviour log-probabilities under
     ``softmax(logits/τ)`` (for greedy decoding: under ``τ``-softmax too, for reference).
@@ -81,7 +95,8 @@ def generate(model, contexts: Sequence[Sequence[int]], *, max_new_tokens: int, t
     context is prefilled once and its KV cache repeated for its copies (see
     :func:`_shared_prefix_cache`); the result is the same computation up to float roundoff.
     Sampling uses the global (host) torch RNG through :class:`HostSampler` (seed it for
-    reproducibility)."""
+    reproducibility). ``streamer``: a transformers streamer (e.g. ``TextStreamer``) that
+    receives the tokens as they are generated (one context only)."""
     from transformers import LogitsProcessorList
 
     if not contexts:
@@ -91,9 +106,15 @@ def generate(model, contexts: Sequence[Sequence[int]], *, max_new_tokens: int, t
     L = ids.shape[1]
     cfg = _gen_config(max_new_tokens, stop_ids, pad_id)
     cache = _shared_prefix_cache(model, contexts, pad_id) if share_prefix else None
-    procs = None if greedy else LogitsProcessorList([HostSampler(temperature)])
+    procs = LogitsProcessorList([] if greedy else [HostSampler(temperature)])
+    ticks = progress_bar(int(max_new_tokens), desc=f"generation ({ids.shape[0]} rows)",
+                         unit="tok")
+    if not ticks.disable:
+        procs.append(_TokenTicks(ticks))
     out = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg,
-                         logits_processor=procs, **({"cache": cache} if cache is not None else {}))
+                         logits_processor=procs or None, streamer=streamer,
+                         **({"cache": cache} if cache is not None else {}))
+    ticks.close()
     gen = out.sequences[:, L:]  # (B, T)
     T = gen.shape[1]
     logps = torch.empty(gen.shape, dtype=torch.float64, device=dev)

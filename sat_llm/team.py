@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from sat_theory.errors import InputError
+from sat_theory.progress import bar as progress_bar
 from sat_theory.team import Batch, Episode, Turn
 
 from .kl import sampled_sequence_kl, sequence_kl
@@ -241,6 +242,8 @@ class EpisodeLoop:
         history: list[list[tuple[str, str]]] = [[] for _ in range(E)]
         turns: list[list[tuple]] = [[] for _ in range(E)]
         done = [False] * E
+        bar = progress_bar(proto.n_turns, unit="turn",
+                           desc="evaluation (greedy)" if greedy else "rollout")
         for t in range(proto.n_turns):
             last = t == proto.n_turns - 1
             by_agent: dict[int, list[int]] = {}
@@ -249,6 +252,7 @@ class EpisodeLoop:
                     by_agent.setdefault(schedules[e][t], []).append(e)
             results = self._speak({j: [(problems[e].prompt, history[e]) for e in idx]
                                    for j, idx in by_agent.items()}, last, greedy)
+            bar.update(1)
             # each episode has one speaker per turn, so applying the results after all
             # speakers generated equals applying them speaker by speaker
             for j in sorted(by_agent):

@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "figures": ("sat_theory.commands.figures", "reproduce the papers' diagnostic figures"),
     "plot": ("sat_theory.commands.plot", "draw the figures of one run directory"),
     "bench": ("sat_theory.commands.bench", "performance benchmarks against peers"),
+    "export": ("sat_llm.export", "write a trained LLM team as peft adapters + protocol + model card"),
+    "team": ("sat_llm.play", "play a trained LLM team (run or export folder) on your prompts"),
 }
 
 

@@ -1,0 +1,323 @@
+"""``sat export RUN_DIR --out DIR``: a trained LLM team as files other tools open.
+
+Layout of an export folder::
+
+    DIR/team.json          format tag, base model reference, agents, the team protocol
+                           (turn order, system/review prompts, chat template, stop tokens,
+                           generation settings), the task, the run's LLM config and where
+                           the weights came from
+    DIR/README.md          model card: base, method, settings, measured held-out accuracy
+    DIR/agent{j}/          agent j's LoRA adapter as a peft folder (adapter_config.json +
+                           adapter_model.safetensors): ``PeftModel.from_pretrained(base,
+                           DIR/agent{j})`` loads it, vLLM serves it with
+                           ``LoRARequest("agent{j}", j + 1, DIR/agent{j})``
+    DIR/agent{j}/merged/   (``--merged``) the base with the adapter merged in, a full
+                           Hugging Face model folder with its tokenizer
+    DIR/base/              the base model as a Hugging Face folder, when it has no other
+                           home (``tiny-random``) or with ``--include-base``
+
+The weights come from the run's checkpoint (its latest state; a finished run's checkpoint is
+its final team) or, when the run kept no checkpoint, from its last saved policy
+(``policies/stage{K}.safetensors``); ``--stage K`` picks ``policies/stage{K}`` explicitly.
+Nothing is unpickled: checkpoints and team files are safetensors + JSON.
+
+:func:`load_team` rebuilds a team from a run folder or an export folder (``sat team``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from sat_theory.errors import InputError
+
+__all__ = ["export_team", "load_team", "add_arguments", "run", "FORMAT", "HUB_IDS"]
+
+FORMAT = "sat-team-export/1"
+
+#: Hugging Face hub ids of the named base models (a reference only; nothing is downloaded)
+HUB_IDS = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+
+
+# ------------------------------------------------------------------ reading a run
+def _run_config(run_dir: Path) -> dict:
+    from sat_theory.runner import RunFolder
+
+    conf = RunFolder(run_dir).config()
+    backend = conf["backend"]
+    if not isinstance(backend, dict) or backend.get("backend") != "llm":
+        raise InputError(f"{run_dir} is not an LLM run (backend "
+                         f"{backend.get('backend') if isinstance(backend, dict) else '?'!r}); "
+                         "only LLM teams can be exported")
+    if not isinstance(backend.get("llm"), dict):
+        raise InputError(f"{run_dir}/config.json has no LLM settings")
+    return conf
+
+
+def _policy_files(run_dir: Path) -> dict[int, Path]:
+    out = {}
+    for p in (run_dir / "policies").glob("stage*.safetensors"):
+        if p.stem[5:].isdigit():
+            out[int(p.stem[5:])] = p
+    return out
+
+
+def run_weights(run_dir: Path, stage: int | None = None) -> tuple[dict[int, dict], str]:
+    """``({agent: adapter weights}, description of the source)`` of a run folder: ``stage``
+    → ``policies/stage{stage}.safetensors``; else the checkpoint's team; else the last
+    saved policy."""
+    from sat_theory.runner import CHECKPOINT, RunFolder
+
+    from .team import load_team_file
+
+    policies = _policy_files(run_dir)
+    if stage is not None:
+        if stage not in policies:
+            raise InputError(f"{run_dir} has no policies/stage{stage}.safetensors (saved: "
+                             f"{sorted(policies) or 'none; run with --save-policies'})")
+        return load_team_file(str(policies[stage])), f"policies/stage{stage}.safetensors"
+    if (run_dir / CHECKPOINT).is_file():
+        ck = RunFolder(run_dir).checkpoint()
+        st = ck["run_state"]
+        stage_done = int(st["stage"]) if isinstance(st, dict) and "stage" in st else None
+        weights = {j: {k: t.float() for k, t in w.items()}
+                   for j, w in enumerate(ck["team"]["weights"])}
+        where = f"{CHECKPOINT} (after {stage_done} stages)" if stage_done is not None else CHECKPOINT
+        if ck.get("position"):
+            where += f", mid-stage (step {ck['position']['step']})"
+        return weights, where
+    if policies:
+        k = max(policies)
+        return load_team_file(str(policies[k])), f"policies/stage{k}.safetensors"
+    raise InputError(f"{run_dir} holds no trained weights (no {CHECKPOINT}, no "
+                     "policies/stage*.safetensors)")
+
+
+def _final_metrics(run_dir: Path) -> dict:
+    """Held-out accuracy before the first and after the last stage, from metrics.jsonl."""
+    path = run_dir / "metrics.jsonl"
+    stages = []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(r, dict) and r.get("kind") == "stage":
+                stages.append(r)
+    if not stages:
+        return {}
+    return dict(stages=len(stages), eval_accuracy_start=stages[0].get("J_before"),
+                eval_accuracy_end=stages[-1].get("J_after"))
+
+
+# ------------------------------------------------------------------ writing an export
+def _protocol_record(team) -> dict:
+    from dataclasses import asdict
+
+    from .team import stop_ids
+
+    tok = team.tokenizer(0)
+    stops = stop_ids(tok)
+    return dict(**asdict(team.protocol), n_turns=team.protocol.n_turns,
+                order=("agent t mod n speaks at turn t" if team.protocol.router == "round-robin"
+                       else "a seeded uniform random agent speaks at each turn"),
+                chat_template=tok.chat_template,
+                stop_tokens=[dict(id=int(i), text=tok.convert_ids_to_tokens(int(i))) for i in stops],
+                generation=dict(max_new_tokens=team.cfg.max_new_tokens,
+                                temperature=team.cfg.temperature, evaluation="greedy"))
+
+
+def _model_card(info: dict, conf: dict) -> str:
+    alg, llm, m = conf["algorithm"], info["llm_config"], info["metrics"]
+    acc = ""
+    if m.get("eval_accuracy_start") is not None and m.get("eval_accuracy_end") is not None:
+        acc = (f"Held-out accuracy (greedy, {llm['n_eval']} problems): "
+               f"{m['eval_accuracy_start']:.3f} before training → {m['eval_accuracy_end']:.3f} "
+               f"after {m['stages']} stages.\n\n")
+    base = info["base_model"]
+    ref = base.get("hub_id") or base["name"]
+    rows = "\n".join(f"| {k} | {v} |" for k, v in (
+        ("method", alg["method"]), ("stages", alg["stages"]), ("δ (KL radius)", alg["delta"]),
+        ("prompts × group size", f"{alg.get('n_groups')} × {alg.get('group_size')}"),
+        ("task", f"{llm['task']} {llm.get('task_options') or ''}".strip()),
+        ("LoRA", f"r={llm['lora_r']} α={llm['lora_alpha']} on {', '.join(llm['lora_targets'])}"),
+        ("learning rate", llm["lr"]), ("max new tokens", llm["max_new_tokens"]),
+        ("temperature", llm["temperature"]), ("seed", alg["seed"]),
+        ("weights from", info["source"]["weights"])))
+    agents = "\n".join(f"- `agent{j}/`: agent {j + 1}" for j in range(info["n_agents"]))
+    return f"""# A {info['n_agents']}-agent team trained with Sequential Agent Tuning
+
+Base model: `{ref}` (`{base['name']}` in sat-teamtr). Each agent is a LoRA adapter on it:
+
+{agents}
+
+The agents take turns on a shared context (see `team.json`, key `protocol`: router
+`{info['protocol']['router']}`, {info['protocol']['n_turns']} turns, one fixed system prompt and review
+instruction, the chat template and stop tokens); the last agent's message is the team's answer.
+
+{acc}| setting | value |
+|---|---|
+{rows}
+
+## Use
+
+```python
+from peft import PeftModel
+from transformers import AutoModelForCausalLM
+base = AutoModelForCausalLM.from_pretrained("{'base' if base.get('path') else ref}")
+agent = PeftModel.from_pretrained(base, "agent0")
+```
+
+or run the whole team: `sat team . --prompt "What is 3 + 4?"`. vLLM serves an agent with
+`LoRARequest("agent0", 1, "agent0")` on the same base.
+
+Exported by `sat export` from the run `{info['source']['run_dir']}`.
+"""
+
+
+def export_team(run_dir, out, *, stage: int | None = None, merged: bool = False,
+                include_base: bool | None = None, overwrite: bool = False) -> dict:
+    """Write the export folder ``out`` (module docstring) of the LLM run in ``run_dir``;
+    returns the ``team.json`` record. The folder is assembled next to ``out`` and renamed
+    into place, so a killed export leaves no half folder behind."""
+    from .models import hf_dir
+    from .team import LLMConfig, LLMTeam
+
+    run_dir, out = Path(run_dir), Path(out)
+    conf = _run_config(run_dir)
+    weights, source = run_weights(run_dir, stage)
+    try:
+        cfg = LLMConfig(**conf["backend"]["llm"])
+    except TypeError as e:
+        raise InputError(f"{run_dir}/config.json: bad LLM settings ({e})") from None
+    if cfg.agent_models is not None:
+        raise InputError("exporting a team of different base models is not supported yet")
+    if out.exists() and not (overwrite and out.is_dir()):
+        raise InputError(f"{out} exists; choose another --out or pass --overwrite")
+    if set(weights) != set(range(cfg.agents)):
+        raise InputError(f"the weights hold agents {sorted(weights)}, the run has {cfg.agents}")
+    team = LLMTeam(cfg)
+    for j in range(cfg.agents):
+        team._set_weights(j, weights[j])
+    if include_base is None:
+        include_base = cfg.model == "tiny-random"  # no other home for its weights
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        base_ref = dict(name=cfg.model, hub_id=HUB_IDS.get(cfg.model), path=None)
+        if include_base:
+            shutil.copytree(hf_dir(cfg.model, seed=cfg.seed), tmp / "base")
+            base_ref["path"] = "base"
+        pm = team._model(0)
+        for j in range(cfg.agents):
+            pm.save_pretrained(tmp / "_peft", selected_adapters=[f"agent{j}"])
+            (tmp / "_peft" / f"agent{j}").rename(tmp / f"agent{j}")
+            _fix_base_reference(tmp / f"agent{j}", base_ref)
+        shutil.rmtree(tmp / "_peft", ignore_errors=True)
+        info = dict(format=FORMAT, n_agents=cfg.agents, base_model=base_ref,
+                    agents=[dict(index=j, adapter=f"agent{j}") for j in range(cfg.agents)],
+                    protocol=_protocol_record(team),
+                    task=dict(name=cfg.task, options=cfg.task_options),
+                    llm_config=cfg.to_dict(), algorithm=conf["algorithm"],
+                    metrics=_final_metrics(run_dir),
+                    source=dict(run_dir=str(run_dir.resolve()), weights=source))
+        if merged:
+            for j in range(cfg.agents):
+                _write_merged(team, j, tmp / f"agent{j}" / "merged")
+            info["merged"] = [f"agent{j}/merged" for j in range(cfg.agents)]
+        (tmp / "team.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        (tmp / "README.md").write_text(_model_card(info, conf), encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return info
+
+
+def _fix_base_reference(adapter_dir: Path, base_ref: dict) -> None:
+    """peft records the local cache path of the base; point it at something a reader can
+    resolve: the export's own ``base/`` folder, else the hub id, else our model name."""
+    path = adapter_dir / "adapter_config.json"
+    c = json.loads(path.read_text())
+    c["base_model_name_or_path"] = ("../base" if base_ref["path"] else
+                                    base_ref["hub_id"] or base_ref["name"])
+    path.write_text(json.dumps(c, indent=2) + "\n")
+
+
+def _write_merged(team, agent: int, target: Path) -> None:
+    """The base with agent ``agent``'s adapter merged in (a copy; the team is untouched)."""
+    import copy
+
+    pm = copy.deepcopy(team._model(agent))
+    pm.set_adapter(f"agent{agent}")
+    for name in list(pm.peft_config):
+        if name != f"agent{agent}":
+            pm.delete_adapter(name)
+    merged = pm.merge_and_unload()
+    merged.save_pretrained(target)
+    team.tokenizer(agent).save_pretrained(target)
+
+
+# ------------------------------------------------------------------ reading a team back
+def load_team(path, *, stage: int | None = None):
+    """``(team, info)``: the trained team of a run folder or an export folder, ready to
+    play (:class:`~sat_llm.team.LLMTeam`); ``info`` describes where it came from."""
+    from safetensors.torch import load_file
+
+    from .team import LLMConfig, LLMTeam
+
+    p = Path(path)
+    if not p.is_dir():
+        raise InputError(f"{path} is not a folder (give a run folder or an export folder)")
+    if (p / "team.json").is_file():
+        try:
+            info = json.loads((p / "team.json").read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InputError(f"{p}/team.json is not valid JSON ({type(e).__name__})") from None
+        if not isinstance(info, dict) or info.get("format") != FORMAT:
+            raise InputError(f"{p}/team.json is not a {FORMAT} export")
+        kw = dict(info["llm_config"])
+        if info["base_model"].get("path"):
+            kw["model"] = str(p / info["base_model"]["path"])
+        team = LLMTeam(LLMConfig(**kw))
+        for j in range(team.n_agents):
+            f = p / f"agent{j}" / "adapter_model.safetensors"
+            if not f.is_file():
+                raise InputError(f"{f} is missing")
+            team._set_weights(j, {k: t.float() for k, t in load_file(str(f)).items()})
+        return team, info
+    conf = _run_config(p)
+    weights, source = run_weights(p, stage)
+    team = LLMTeam(LLMConfig(**conf["backend"]["llm"]))
+    for j in range(team.n_agents):
+        team._set_weights(j, weights[j])
+    return team, dict(source=dict(run_dir=str(p), weights=source))
+
+
+# ------------------------------------------------------------------ sat export
+def add_arguments(p) -> None:
+    p.add_argument("run_dir", metavar="RUN_DIR", help="an LLM run folder (sat train --backend llm)")
+    p.add_argument("--out", required=True, metavar="DIR", help="export folder to write")
+    p.add_argument("--stage", type=int, default=None, metavar="K",
+                   help="export policies/stage{K}.safetensors (default: the run's checkpoint, "
+                        "else its last saved policy)")
+    p.add_argument("--merged", action="store_true",
+                   help="also write each agent's base with the adapter merged in (agent{j}/merged)")
+    p.add_argument("--include-base", action="store_true",
+                   help="copy the base model into DIR/base (always for tiny-random)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing export in --out")
+
+
+def run(args) -> int:
+    if args.stage is not None and args.stage < 0:
+        raise InputError(f"--stage must be >= 0, got {args.stage}")
+    info = export_team(args.run_dir, args.out, stage=args.stage, merged=args.merged,
+                       include_base=True if args.include_base else None,
+                       overwrite=args.overwrite)
+    print(f"exported {info['n_agents']} agents ({info['source']['weights']}) -> {args.out}")
+    return 0
