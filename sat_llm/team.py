@@ -264,6 +264,7 @@ class EpisodeLoop:
                     if fb is not None:
                         history[e].append(("environment", fb))
                     done[e] = done[e] or fin
+        bar.close()
         out = []
         for e in range(E):
             final = next((txt for who, txt in reversed(history[e]) if who.startswith("agent")), "")
@@ -545,8 +546,14 @@ class LLMTeam(EpisodeLoop):
         from peft import get_peft_model
 
         for p in base.parameters():
+        import warnings
+
             p.requires_grad_(False)
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            # peft (<= 0.21) probes the deprecated `model.is_gradient_checkpointing`, which
+            # transformers 5 answers with a FutureWarning on every run; not our call to fix
+            warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated",
+                                    category=FutureWarning)
             # LoRA A init: identical across runs and devices (peft draws it on the host)
             torch.manual_seed(seed)
             pm = get_peft_model(base, self._lora_config(), adapter_name=name)
@@ -727,13 +734,21 @@ class LLMTeam(EpisodeLoop):
     def _chunked(self, agent: int, n: int, fn, what: str) -> list:
         """:func:`in_chunks` of the agent's no-grad passes in micro-batches; a size halved on
         an out-of-memory error stays halved for the agent."""
-        parts, size = in_chunks(n, self._micro[agent], fn, what=f"{what} (agent {agent})",
+        bar = progress_bar(n, desc=f"{what} (agent {agent})", unit="row")
+
+        def counted(a, b):
+            out = fn(a, b)
+            bar.update(b - a)
+            return out
+
+        parts, size = in_chunks(n, self._micro[agent], counted, what=f"{what} (agent {agent})",
                                 device=self.devices[agent])
         self._micro[agent] = min(self._micro[agent], size)
         return parts
 
     # ---------------------------------------------------------------- parameters
     def snapshot(self, agent: int) -> AgentSnapshot:
+        bar.close()
         return AgentSnapshot(agent, self._agent_base[agent], self._get_weights(agent),
                              copy.deepcopy(self._opt[agent].state_dict()), self._version[agent])
 
@@ -872,6 +887,8 @@ class LLMTeam(EpisodeLoop):
                 for s in range(0, M, mb):
                     e = min(s + mb, M)
                     loss, seq, klv, surr = self._accumulate(agent, ctxs, msgs, behT, adv, refs,
+        bar = progress_bar(self.cfg.epochs * -(-M // mb), desc=f"update (agent {agent})",
+                           unit="minibatch")
                                                             beta, M, s, e)
                     gnorm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip))
                     opt.step()
@@ -885,7 +902,9 @@ class LLMTeam(EpisodeLoop):
         opt.zero_grad(set_to_none=True)
         self._bump(agent)
         n = self.cfg.epochs * M
+                    bar.update(1)
         info = dict(opt_steps=steps, loss=loss_sum / max(steps, 1), kl_train=kl_sum / n,
+            bar.close()
                     surrogate_clip=surr_sum / n, grad_norm=gnorm,
                     lr=self.cfg.lr * float(step_scale), micro_batch=self._micro[agent],
                     peak_memory_bytes=self.peak_memory())

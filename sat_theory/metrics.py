@@ -46,6 +46,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 
 from .commands._io import dumps, jsonable, read_utf8
@@ -67,12 +68,26 @@ def write_json_atomic(path: str, obj) -> None:
 
 class RunWriter:
     """Writes one run directory (see module docstring). ``append=True`` keeps an existing
-    ``metrics.jsonl`` (resume); otherwise it is truncated."""
+    ``metrics.jsonl`` (resume); otherwise it is truncated.
 
-    def __init__(self, out_dir: str, *, append: bool = False):
+    ``report_to``: tracker names (:mod:`sat_theory.tracking`) that mirror the records, with
+    ``config`` as their hyperparameters. Records reach them only through :meth:`commit`,
+    once final (the runner commits after each checkpoint), so a resumed run never sends a
+    record twice."""
+
+    def __init__(self, out_dir: str, *, append: bool = False, report_to=(),
+                 config: dict | None = None):
         self.out_dir = os.fspath(out_dir)
         os.makedirs(self.out_dir, exist_ok=True)
         self.metrics_path = os.path.join(self.out_dir, "metrics.jsonl")
+        self.trackers = None
+        self._pending: list[dict] = []
+        if report_to:
+            from .tracking import Trackers
+
+            kept = append and os.path.exists(self.metrics_path)  # sent by an earlier process
+            sent = Counter(r["kind"] for r in read_metrics(self.metrics_path)) if kept else {}
+            self.trackers = Trackers(report_to, self.out_dir, config or {}, counts=sent)
         self._f = open(self.metrics_path, "a" if append else "w")
 
     def write_config(self, config: dict) -> None:
@@ -83,13 +98,26 @@ class RunWriter:
             raise ValueError("metrics records need a 'kind'")
         self._f.write(dumps(record) + "\n")
         self._f.flush()
+        if self.trackers is not None:
+            self._pending.append(dict(record))  # as written now
+
+    def commit(self) -> None:
+        """The records logged since the last commit are final: send them to the trackers."""
+        if self.trackers is not None:
+            self.trackers.send(self._pending)
+        self._pending = []
 
     def policy_path(self, stage: int) -> str:
         return os.path.join(self.out_dir, "policies", f"stage{stage}.npz")
 
     def close(self) -> None:
+        """Close the file and the trackers (records never committed are not sent: a resumed
+        run redoes them)."""
         if not self._f.closed:
             self._f.close()
+        if self.trackers is not None:
+            self.trackers.close()
+            self.trackers = None
 
     def __enter__(self):
         return self

@@ -27,6 +27,13 @@ Run folder (``--out DIR``):
 - ``eval_{k}.jsonl`` — per-problem held-out results after ``k`` stages (``0``: the untrained
   team) when the team has ``eval_records()``; ``eval_{k}_swap.jsonl`` right after a
   plug-and-play swap before stage ``k``.
+- ``tb/``, ``wandb/``, ``mlruns/`` — the trackers of ``--report-to`` (:mod:`sat_theory.tracking`:
+  the records mirrored once a checkpoint covers them; default ``tensorboard`` when installed).
+  ``--resume`` reports to the saved run's trackers unless ``--report-to`` is given again.
+
+Console (:mod:`sat_theory.progress`): a bar over agent updates (and, for LLM teams, bars
+inside each update) on stderr when it is a terminal or with ``--verbose`` (which also prints
+one line per stage); none with ``--quiet``. The summary line goes to stdout.
 
 Resume (``--resume DIR``): lock, drop records beyond the checkpoint's count (they belong to
 a step that is redone), restore, continue. Every record then equals the uninterrupted run's
@@ -44,7 +51,6 @@ import math
 import os
 import shutil
 import signal
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,6 +61,9 @@ from .algorithm import RunState, TrainConfig, run_stage, swap_agent
 from .checkpoint import load_state, save_state, write_atomic
 from .errors import InputError
 from .metrics import RunWriter, write_json_atomic
+from .progress import bar as progress_bar
+from .progress import note
+from .tracking import check_installed, default_report_to, parse_report_to
 
 __all__ = ["Runner", "RunFolder", "BACKENDS", "load_backend", "CHECKPOINT", "RUN_FILES",
            "train_config_from_dict"]
@@ -63,7 +72,7 @@ CHECKPOINT = "checkpoint.safetensors"
 LOCK = ".lock"
 #: what a run writes into its folder (``--overwrite`` removes exactly these)
 RUN_FILES = ("config.json", "metrics.jsonl", CHECKPOINT, "policies", "agents", "eval_*.jsonl",
-             ".*.tmp*")
+             ".*.tmp*", "tb", "wandb", "mlruns")
 #: backend name -> "module:attribute" of its backend object (imported on use)
 BACKENDS = {"tabular": "sat_theory.commands.train:TabularBackend",
             "llm": "sat_llm.train:LLMBackend"}
@@ -179,8 +188,10 @@ class Runner:
 
     ``writer``: where records go (a :class:`~sat_theory.metrics.RunWriter` or anything with
     ``log``/``write_config``/``policy_path``); ``folder``: a locked :class:`RunFolder` to
-    checkpoint into (``None``: no checkpoints, e.g. in-memory runs). ``progress``: a tqdm
-    bar over agent steps on stderr; ``on_stage(record)`` after each stage."""
+    checkpoint into (``None``: no checkpoints, e.g. in-memory runs); after each checkpoint
+    the writer's ``commit()`` (if it has one) sends the records it covers to the trackers.
+    ``progress``: a tqdm bar over agent steps on stderr (:func:`sat_theory.progress.bar`:
+    shown on a terminal or with ``--verbose``); ``on_stage(record)`` after each stage."""
 
     def __init__(self, team, cfg: TrainConfig, *, writer=None, folder: RunFolder | None = None,
                  save_policies: bool = False, progress: bool = False,
@@ -195,10 +206,8 @@ class Runner:
         self.swapped = False  # the swap before stage cfg.swap_stage is done
         self.bar = None
         if progress:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=cfg.stages * team.n_agents, unit="step", file=sys.stderr,
-                            desc=f"sat train {cfg.method}", leave=False, dynamic_ncols=True)
+            self.bar = progress_bar(cfg.stages * team.n_agents, unit="step",
+                                    desc=f"sat train {cfg.method}")
         self._t = time.perf_counter()
 
     # ------------------------------------------------------------- records and checkpoints
@@ -210,12 +219,15 @@ class Runner:
         self.n_records += 1
 
     def checkpoint(self, position: dict | None = None) -> None:
-        if self.folder is None:
-            return
-        state = dict(team=self.team.state_dict(), run_state=self.state.to_dict(),
-                     position=position, n_records=self.n_records, J_start=self.J_start,
-                     swapped=self.swapped)
-        save_state(self.folder.path / CHECKPOINT, state)
+        """Save the state (with a folder); the records written so far are then final."""
+        if self.folder is not None:
+            state = dict(team=self.team.state_dict(), run_state=self.state.to_dict(),
+                         position=position, n_records=self.n_records, J_start=self.J_start,
+                         swapped=self.swapped)
+            save_state(self.folder.path / CHECKPOINT, state)
+        commit = getattr(self.writer, "commit", None)
+        if commit is not None:
+            commit()
 
     def on_step(self, rec: dict, position: dict) -> None:
         """After each agent update (``run_stage``'s hook): checkpoint, progress."""
@@ -287,6 +299,7 @@ class Runner:
                 stages.append(rec)
                 self._eval_file(k + 1)
                 self.checkpoint()
+                note(stage_line(rec))
                 if self.on_stage is not None:
                     self.on_stage(rec)
             self._save_policy(f"stage{cfg.stages}")
@@ -308,6 +321,14 @@ def _fmt(x):
     return "-" if x is None or not isinstance(x, float) or not math.isfinite(x) else f"{x:.4g}"
 
 
+def stage_line(rec: dict) -> str:
+    """One line per stage (``--verbose``): J before and after, the certificate, counts."""
+    holds = {True: "holds", False: "VIOLATED", None: "-"}[rec.get("holds")]
+    return (f"stage {rec['stage']}: J {_fmt(rec.get('J_before'))} -> {_fmt(rec.get('J_after'))}"
+            f", lower bound {_fmt(rec.get('lower_bound'))} ({holds}), rejected steps "
+            f"{rec.get('rejected_steps', 0)}")
+
+
 # ------------------------------------------------------------------ sat train
 def _terminate_as_interrupt():
     """SIGTERM behaves as Ctrl-C (temporary files are removed on the way out)."""
@@ -323,9 +344,12 @@ def run_fresh(backend, args, make_config) -> tuple[dict, TrainConfig]:
     """``sat train ... --out DIR``: configure (every flag checked), claim the folder, build
     the team, run. Returns ``(summary, cfg)``."""
     _terminate_as_interrupt()
+    args.report_to = parse_report_to(getattr(args, "report_to", None))
+    check_installed(args.report_to)
     cfg, config = backend.configure(args, make_config)
     config = {"algorithm": cfg.to_dict(), **config,
-              "run": {"save_policies": bool(getattr(args, "save_policies", False))}}
+              "run": {"save_policies": bool(getattr(args, "save_policies", False)),
+                      "report_to": list(args.report_to)}}
     with RunFolder(args.out) as folder:
         folder.claim(getattr(args, "overwrite", False))
         return _run(backend, folder, cfg, config, None, args), cfg
@@ -351,7 +375,13 @@ def run_resume(args) -> tuple[dict, TrainConfig, object]:
             config["algorithm"]["stages"] = stages
             cfg = train_config_from_dict(config["algorithm"])
             write_json_atomic(str(folder.path / "config.json"), config)
-        args.save_policies = bool(config.get("run", {}).get("save_policies", False))
+        run = config.get("run", {})
+        args.save_policies = bool(run.get("save_policies", False))
+        if getattr(args, "report_to", None) is not None:  # this process only
+            args.report_to = parse_report_to(args.report_to)
+            check_installed(args.report_to)
+        else:  # the saved run's (a tracker no longer installed is dropped with a warning)
+            args.report_to = tuple(run.get("report_to", default_report_to()))
         return _run(backend, folder, cfg, config, ck, args), cfg, backend
 
 
@@ -362,10 +392,10 @@ def _run(backend, folder: RunFolder, cfg, config, ck, args) -> dict:
             truncate_metrics(folder.path / "metrics.jsonl", 0)
         else:
             truncate_metrics(folder.path / "metrics.jsonl", int(ck["n_records"]))
-        with RunWriter(str(folder.path), append=ck is not None) as writer:
+        with RunWriter(str(folder.path), append=ck is not None, report_to=args.report_to,
+                       config=config) as writer:
             runner = Runner(team, cfg, writer=writer, folder=folder,
-                            save_policies=getattr(args, "save_policies", False),
-                            progress=not getattr(args, "quiet", False))
+                            save_policies=getattr(args, "save_policies", False), progress=True)
             if ck is None:
                 return runner.start(config)
             return runner.run(runner.restore(ck))

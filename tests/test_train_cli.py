@@ -57,7 +57,8 @@ def test_train_sampled_with_mdp_file_and_explicit_order(tmp_path, capsys):
 
 
 def test_progress_bar_goes_to_stderr(tmp_path, capsys):
-    rc = sat("train", "--env", "bandit", "--stages", "2", "--out", str(tmp_path / "r"))
+    # --verbose: bars although stderr is not a terminal here (default: only on a terminal)
+    rc = sat("train", "--env", "bandit", "--stages", "2", "--out", str(tmp_path / "r"), "--verbose")
     assert rc == 0
     cap = capsys.readouterr()
     assert len(cap.out.strip().splitlines()) == 1

@@ -15,7 +15,12 @@ metrics.jsonl, checkpoint, ``policies/``) is described in :mod:`sat_theory.runne
 progress bar goes to stderr and a one-line summary to stdout.
 
 ``--resume DIR`` continues the run saved in DIR; it takes only ``--stages`` (more stages, or
-as many as saved) and ``--quiet``, since every other setting belongs to the saved run.
+as many as saved), ``--report-to`` (trackers for this process; default: the saved run's),
+``--quiet`` and ``--verbose``, since every other setting belongs to the saved run.
+
+Output (:mod:`sat_theory.progress`): progress bars on stderr only on a terminal (``--verbose``:
+always, plus one line per stage; ``--quiet``: never); ``--report-to`` mirrors the records to
+TensorBoard / W&B / MLflow (:mod:`sat_theory.tracking`).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ TABULAR_RANGES = {
     "epochs": ("int", 1, None, True, False), "horizon_tol": ("float", 0.0, 1.0, False, False),
 }
 #: the flags ``--resume`` accepts (everything else belongs to the saved run)
-RESUME_FLAGS = {"resume", "stages", "quiet", "backend"}
+RESUME_FLAGS = {"resume", "stages", "quiet", "verbose", "report_to", "backend"}
 
 
 def _llm_args(p) -> None:
@@ -137,10 +142,30 @@ def add_arguments(p):
                      help="replace the run in --out (its files are removed first)")
     out.add_argument("--resume", default=None, metavar="DIR",
                      help="continue the run in DIR from its last checkpoint (either backend); "
-                          "only --stages and --quiet may be given with it")
-    out.add_argument("--quiet", action="store_true", help="no progress bar")
+                          "only --stages, --report-to, --quiet and --verbose may be given with it")
+    _report_to_arg(out)
+    out.add_argument("--quiet", action="store_true",
+                     help="no progress bars (nor transformers' loading bars): only the summary "
+                          "line, warnings and errors")
+    out.add_argument("--verbose", action="store_true",
+                     help="progress bars even when stderr is not a terminal (default: only on "
+                          "a terminal) and one line per stage on stderr")
     _llm_args(p)
     _scale_out_args(p)
+
+
+def _report_to_arg(g) -> None:
+    from ..tracking import default_report_to
+
+    default = ",".join(default_report_to()) or "none"
+    g.add_argument("--report-to", default=None, metavar="NAMES",
+                   help="experiment trackers, comma-separated (like transformers' report_to): "
+                        "none | tensorboard (event files in OUT/tb) | wandb (offline unless "
+                        "WANDB_MODE is set) | mlflow (a file: store in OUT/mlruns unless "
+                        "MLFLOW_TRACKING_URI is set); the records once checkpointed, the config "
+                        "as hyperparameters; metrics.jsonl stays the record. Default: "
+                        f"tensorboard when installed, else none (here: {default}). With "
+                        "--resume: the saved run's unless given")
 
 
 def _scale_out_args(p) -> None:
@@ -341,15 +366,17 @@ class TabularBackend:
 
 
 def run(args) -> int:
+    from ..progress import configure
     from ..runner import load_backend, run_fresh, run_resume
 
+    configure(quiet=args.quiet, verbose=args.verbose)
     given = getattr(args, "given", set())
     if args.resume is not None:
         extra = sorted(given - RESUME_FLAGS - {"debug"})
         if extra:
             flags = ", ".join("--" + d.replace("_", "-") for d in extra)
             raise InputError(f"--resume continues the saved run; {flags} cannot change it "
-                             "(allowed with --resume: --stages, --quiet)")
+                             "(allowed with --resume: --stages, --report-to, --quiet, --verbose)")
         args.resume_stages = args.stages if "stages" in given else None
         args.backend_given = args.backend if "backend" in given else None
         summary, cfg, backend = run_resume(args)
