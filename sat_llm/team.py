@@ -543,11 +543,11 @@ class LLMTeam(EpisodeLoop):
                           target_modules=list(self.cfg.lora_targets), bias="none")
 
     def _wrap(self, base, name, seed):
+        import warnings
+
         from peft import get_peft_model
 
         for p in base.parameters():
-        import warnings
-
             p.requires_grad_(False)
         with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
             # peft (<= 0.21) probes the deprecated `model.is_gradient_checkpointing`, which
@@ -743,12 +743,12 @@ class LLMTeam(EpisodeLoop):
 
         parts, size = in_chunks(n, self._micro[agent], counted, what=f"{what} (agent {agent})",
                                 device=self.devices[agent])
+        bar.close()
         self._micro[agent] = min(self._micro[agent], size)
         return parts
 
     # ---------------------------------------------------------------- parameters
     def snapshot(self, agent: int) -> AgentSnapshot:
-        bar.close()
         return AgentSnapshot(agent, self._agent_base[agent], self._get_weights(agent),
                              copy.deepcopy(self._opt[agent].state_dict()), self._version[agent])
 
@@ -882,13 +882,13 @@ class LLMTeam(EpisodeLoop):
         model = self._model(agent)
         if self.cfg.grad_checkpointing:
             model.train()  # transformers checkpoints layers only in training mode (no dropout here)
+        bar = progress_bar(self.cfg.epochs * -(-M // mb), desc=f"update (agent {agent})",
+                           unit="minibatch")
         try:
             for _ in range(self.cfg.epochs):
                 for s in range(0, M, mb):
                     e = min(s + mb, M)
                     loss, seq, klv, surr = self._accumulate(agent, ctxs, msgs, behT, adv, refs,
-        bar = progress_bar(self.cfg.epochs * -(-M // mb), desc=f"update (agent {agent})",
-                           unit="minibatch")
                                                             beta, M, s, e)
                     gnorm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip))
                     opt.step()
@@ -897,14 +897,14 @@ class LLMTeam(EpisodeLoop):
                     kl_sum += float(klv.sum())
                     surr_sum += float(surr.sum())
                     clip_fracs.append(ratio_clip_fraction(seq, behT[s:e], self.cfg.eps_w))
+                    bar.update(1)
         finally:
+            bar.close()
             model.eval()
         opt.zero_grad(set_to_none=True)
         self._bump(agent)
         n = self.cfg.epochs * M
-                    bar.update(1)
         info = dict(opt_steps=steps, loss=loss_sum / max(steps, 1), kl_train=kl_sum / n,
-            bar.close()
                     surrogate_clip=surr_sum / n, grad_norm=gnorm,
                     lr=self.cfg.lr * float(step_scale), micro_batch=self._micro[agent],
                     peak_memory_bytes=self.peak_memory())
