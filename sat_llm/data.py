@@ -63,15 +63,34 @@ def _silent(datasets):
             datasets.enable_progress_bars()
 
 
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
 def _csv_features(datasets, path: Path):
     """Every CSV column as a string (pyarrow would infer ``0.50`` as the float 0.5)."""
     import csv
 
     with path.open(newline="", encoding="utf-8") as fh:
-        header = next(csv.reader(fh), None)
-    if not header:
-        raise InputError(f"{path}: empty CSV file (no header line)")
+        header = next((row for row in csv.reader(fh) if row), [])
     return datasets.Features({c: datasets.Value("string") for c in header})
+
+
+def _has_rows(p: Path, fmt: str) -> bool:
+    """Whether a file holds at least one row: a parquet row, a non-blank JSON line, a
+    non-blank CSV line after the header (reads only up to the first one)."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.ParquetFile(str(p)).metadata.num_rows > 0
+        except Exception:  # noqa: BLE001 - not parquet: load_dataset says so below
+            return True
+    with p.open(encoding="utf-8", errors="replace") as fh:
+        lines = (ln for ln in fh if ln.strip())
+        if fmt == "csv":
+            next(lines, None)  # the header
+        return next(lines, None) is not None
 
 
 def load_splits(path: str) -> dict:
@@ -86,14 +105,18 @@ def load_splits(path: str) -> dict:
         if p.is_dir():
             try:
                 ds = datasets.load_from_disk(str(p))
-            except (FileNotFoundError, ValueError) as e:
-                raise InputError(f"{path}: not a datasets save_to_disk folder "
-                                 f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+            except FileNotFoundError as e:
+                raise InputError(f"{path}: not a datasets save_to_disk folder ({_first_line(e)})") from None
+            except Exception as e:  # noqa: BLE001 - e.g. datasets 5.2 fails on a 0-row folder
+                raise InputError(f"{path}: cannot load this save_to_disk folder "
+                                 f"({type(e).__name__}: {_first_line(e)}; an empty dataset?)") from None
             return dict(ds) if isinstance(ds, datasets.DatasetDict) else {"train": ds}
         fmt = FORMATS.get(p.suffix.lower())
         if fmt is None:
             raise InputError(f"{path}: unknown dataset format {p.suffix!r}; use a save_to_disk "
                              f"folder or one of {', '.join(FORMATS)}")
+        if not _has_rows(p, fmt):  # datasets fails on these with unrelated messages
+            raise InputError(f"{path}: no rows (the dataset is empty)")
         kw = {"features": _csv_features(datasets, p)} if fmt == "csv" else {}
         # a throw-away cache: load_dataset would otherwise write Arrow files under ~/.cache
         with tempfile.TemporaryDirectory(prefix="sat_dataset_") as cache:
@@ -101,10 +124,8 @@ def load_splits(path: str) -> dict:
                 dd = datasets.load_dataset(fmt, data_files={"train": str(p)}, cache_dir=cache,
                                            keep_in_memory=True, **kw)
             except Exception as e:  # noqa: BLE001 - any reader failure is the user's file
-                cause = e.__cause__ or e
-                msg = (str(cause).splitlines() or [type(cause).__name__])[0]
                 kind = "malformed JSON" if fmt == "json" else f"cannot read it as {fmt}"
-                raise InputError(f"{path}: {kind} ({msg})") from None
+                raise InputError(f"{path}: {kind} ({_first_line(e.__cause__ or e)})") from None
     return dict(dd)
 
 
