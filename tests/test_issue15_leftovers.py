@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -328,3 +330,32 @@ def test_temporary_files_are_removed_on_sigint_and_sigterm(tmp_path, sig):
     assert p.exitcode == 130  # "interrupted", not killed by the signal
     assert (out / "config.json").exists()  # the run had started
     assert not list(out.glob(".*.tmp*")), list(out.iterdir())
+
+
+# ------------------------------------------------------------------ UTF-8 checks
+@settings(max_examples=60)
+@given(text=st.text(max_size=40), bad=st.integers(0, 40), chunk=st.integers(1, 8),
+       byte=st.sampled_from([0xFF, 0x80, 0xC3]))
+def test_streamed_utf8_check_agrees_with_reading_the_whole_file(tmp_path_factory, text, bad,
+                                                                 chunk, byte):
+    """Any text passes in any chunk size (characters cut at a chunk boundary are carried);
+    one invalid byte anywhere is reported at the same line and offset as read_utf8."""
+    from sat_theory.commands._io import check_utf8, read_utf8
+    from sat_theory.errors import InputError
+
+    path = tmp_path_factory.mktemp("u") / "f.jsonl"
+    data = text.encode()
+    path.write_bytes(data)
+    check_utf8(path, chunk=chunk)
+    assert read_utf8(path) == text
+    k = min(bad, len(data))
+    while k < len(data) and (data[k] & 0xC0) == 0x80:  # not inside a character
+        k += 1
+    path.write_bytes(data[:k] + bytes([byte]) + b"\n" + data[k:])
+    with pytest.raises(InputError) as whole:
+        read_utf8(path)
+    with pytest.raises(InputError) as streamed:
+        check_utf8(path, chunk=chunk)
+    assert str(streamed.value) == str(whole.value)
+    line = data[:k].count(b"\n") + 1
+    assert f"line {line} is not UTF-8 text (byte 0x{byte:02x} at offset {k})" in str(whole.value)

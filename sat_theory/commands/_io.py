@@ -19,9 +19,37 @@ def read_utf8(path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise InputError(f"{path}: line {line} is not UTF-8 text (byte 0x{data[e.start]:02x} "
-                         f"at offset {e.start})") from None
+        raise _not_utf8(path, data.count(b"\n", 0, e.start) + 1, e.start, data[e.start]) from None
+
+
+def check_utf8(path, chunk: int = 1 << 20) -> None:
+    """:func:`read_utf8`'s check without holding the file in memory, for files handed to other
+    readers (e.g. ``datasets``/pyarrow, which raise ``UnicodeDecodeError`` only when a row is
+    read). Reads ``chunk`` bytes at a time; a character split across two chunks is carried
+    over (at most 3 bytes)."""
+    carry, line, offset = b"", 1, 0  # line and byte offset where ``carry`` starts
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(chunk)
+            data = carry + block
+            try:
+                data.decode("utf-8")
+                end = len(data)
+            except UnicodeDecodeError as e:
+                if not (block and e.reason == "unexpected end of data"):
+                    line += data.count(b"\n", 0, e.start)
+                    raise _not_utf8(path, line, offset + e.start, data[e.start]) from None
+                end = e.start  # a character cut by the chunk boundary: decode it next time
+            if not block:
+                return
+            carry = data[end:]
+            line += data.count(b"\n", 0, end)
+            offset += end
+
+
+def _not_utf8(path, line: int, offset: int, byte: int) -> InputError:
+    return InputError(f"{path}: line {line} is not UTF-8 text (byte 0x{byte:02x} at offset "
+                      f"{offset})")
 
 
 def jsonable(x):
