@@ -154,6 +154,40 @@ class LLMBackend:
         return LLMTeam(llm_cfg)
 
     @staticmethod
+    def sampled(config: dict) -> bool:
+        return True
+
+    @staticmethod
+    def flag_values(config: dict) -> dict:
+        """The LLM flags of a saved run (``sat train --config RUN/config.json``): every
+        :class:`~sat_llm.team.LLMConfig` field under its flag's name (:data:`_FLAG_OF`)."""
+        import argparse
+
+        from .cli_args import add_arguments
+        from .team import LLMConfig
+
+        saved = config["backend"].get("llm")
+        if not isinstance(saved, dict):
+            raise InputError("config.json: no LLM settings")
+        p = argparse.ArgumentParser()
+        add_arguments(p)
+        flags = {a.dest for a in p._actions}
+        v = {}
+        for f in fields(LLMConfig):
+            if f.name in ("agents", "seed", "eps_w") or f.name not in saved:
+                continue  # the algorithm's flags (same values in both sections)
+            dest = _FLAG_OF.get(f.name, f.name)
+            if dest in flags:
+                v[dest] = saved[f.name]
+            elif saved[f.name] != (list(f.default) if isinstance(f.default, tuple) else f.default):
+                raise InputError(f"config.json: LLM setting {f.name} = {saved[f.name]!r} has "
+                                 "no sat train flag to reproduce it")
+        v["agents"] = saved.get("agents")
+        if "ray" in config:
+            v["executor"] = "ray"
+        return v
+
+    @staticmethod
     def report(summary: dict, cfg, out) -> int:
         print(f"{cfg.method} (llm): {summary['stages']} stages, held-out accuracy "
               f"{summary['J_start']:.4g} -> {summary['J_end']:.4g}, rejected steps "

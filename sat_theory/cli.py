@@ -109,7 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     chosen = next((a for a in argv if a in COMMANDS), None)
     parser = build_parser(only=chosen)
     try:
+        if chosen == "train":  # --config FILE: its settings first, the typed flags override
+            from .config_file import config_argv
+
+            argv = config_argv(parser.commands["train"], argv)
         args = parser.parse_args(argv)
+    except InputError as e:  # a bad --config file
+        print(f"sat {chosen}: error: {_cap(str(e).splitlines()[0])}", file=sys.stderr)
+        return 2
     except SystemExit as e:  # a refused flag (2, one line already printed) or --help (0)
         return e.code if isinstance(e.code, int) else 2
     if args.command is None:

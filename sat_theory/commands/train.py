@@ -140,6 +140,10 @@ def add_arguments(p):
                      "checkpoint); an existing run there is refused without --overwrite")
     out.add_argument("--overwrite", action="store_true",
                      help="replace the run in --out (its files are removed first)")
+    out.add_argument("--config", default=None, metavar="FILE",
+                     help="settings from a TOML file (keys = these flags) or a run's "
+                          "config.json (repeats that run); flags given here override it "
+                          "(sat_theory.config_file)")
     out.add_argument("--resume", default=None, metavar="DIR",
                      help="continue the run in DIR from its last checkpoint (either backend); "
                           "only --stages, --report-to, --quiet and --verbose may be given with it")
@@ -294,6 +298,27 @@ def build_config(args, n_agents: int, sampled: bool) -> TrainConfig:
         **{k: getattr(args, k) for k in _ADVANCED if hasattr(args, k)}, **kw)
 
 
+def algorithm_values(alg: dict, *, sampled: bool) -> dict:
+    """The flag values (``{dest: value}``) that :func:`build_config` turns into the saved
+    :class:`TrainConfig` ``alg`` (``sat train --config RUN/config.json``,
+    :mod:`sat_theory.config_file`); ``sampled``: the run drew batches (``--groups``,
+    ``--group-size`` belong to it)."""
+    try:
+        v = {k: alg[k] for k in ("method", "stages", "delta", "trust_region", "occupancy",
+                                 "resample_k", "on_violation", "seed", "swap_stage",
+                                 "swap_agent", "swap_kind", "swap_strategy", "stage0_form",
+                                 "delta_align", *_ADVANCED)}
+        v.update(delta_per_agent=alg["delta_per_agent"], beta=alg["beta_init"],
+                 order=alg["fixed_order"] if alg["fixed_order"] else alg["order"],
+                 no_std_norm=not alg["normalize_std"], no_adv_clip=alg["A_clip"] is None,
+                 adv_clip=alg["A_clip"])
+        if sampled:
+            v.update(groups=alg["n_groups"], group_size=alg["group_size"])
+    except KeyError as e:
+        raise InputError(f"config.json: algorithm setting {e} missing") from None
+    return v
+
+
 #: the tabular default radius (TeamTR: δ = 0.01); the LLM one is in sat_llm.cli_args
 TABULAR_DELTA = 0.01
 
@@ -330,6 +355,24 @@ class TabularBackend:
                        epochs=args.epochs, horizon_tol=args.horizon_tol,
                        horizon=horizon_for(mdp.gamma, args.horizon_tol), seed=args.seed)
         return cfg, {"backend": backend}
+
+    @staticmethod
+    def sampled(config: dict) -> bool:
+        return config["backend"].get("mode") == "sampled"
+
+    @staticmethod
+    def flag_values(config: dict) -> dict:
+        """The tabular flags of a saved run (``--config RUN/config.json``)."""
+        b = config["backend"]
+        try:
+            v = (dict(mdp=b["mdp"]) if b.get("mdp") else
+                 dict(env=b["env"], states=b["states"], actions=b["actions"],
+                      agents=b["env_agents"], gamma=b["env_gamma"], env_seed=b["env_seed"]))
+            v.update(init=b["init"], exact_step=b["exact_step"], lr=b["lr"], epochs=b["epochs"],
+                     horizon_tol=b["horizon_tol"], sampled=b["mode"] == "sampled")
+        except KeyError as e:
+            raise InputError(f"config.json: backend setting {e} missing") from None
+        return v
 
     @staticmethod
     def _init_policy(b: dict, mdp):
