@@ -76,8 +76,9 @@ class LLMConfig:
 
     model: str = _f("tiny-random", "base model: smollm2-135m | tiny-random | HF directory | .gguf file")
     agent_models: tuple | None = _f(None, "heterogeneous team: one model per agent (separate bases)")
-    task: str = _f("arithmetic", "task: arithmetic | countdown | guess | blocksworld | jsonl")
-    prompts: str | None = _f(None, "JSONL of {prompt, answer} lines (task jsonl)")
+    task: str = _f("arithmetic", "task: arithmetic | countdown | guess | blocksworld | copy | "
+                   "dataset (also called jsonl) | package.module:TaskClass")
+    prompts: str | None = _f(None, "local dataset of task dataset (--dataset PATH; sat_llm.data)")
     task_options: dict = _f(None, "task constructor options, e.g. {'digits': 2}")
     agents: int = _f(2, "number of agents n")
     router: str = _f("round-robin", "turn router: round-robin | random")
