@@ -28,6 +28,7 @@ import math
 import tempfile
 from pathlib import Path
 
+from sat_theory.commands._io import check_utf8
 from sat_theory.errors import InputError
 
 __all__ = ["FORMATS", "PROMPT_COLUMNS", "ANSWER_COLUMNS", "load_splits", "pick_column",
@@ -115,6 +116,8 @@ def load_splits(path: str) -> dict:
         if fmt is None:
             raise InputError(f"{path}: unknown dataset format {p.suffix!r}; use a save_to_disk "
                              f"folder or one of {', '.join(FORMATS)}")
+        if fmt != "parquet":  # pyarrow would raise UnicodeDecodeError only when a row is read
+            check_utf8(p)
         if not _has_rows(p, fmt):  # datasets fails on these with unrelated messages
             raise InputError(f"{path}: no rows (the dataset is empty)")
         kw = {"features": _csv_features(datasets, p)} if fmt == "csv" else {}

@@ -359,3 +359,25 @@ def test_streamed_utf8_check_agrees_with_reading_the_whole_file(tmp_path_factory
     assert str(streamed.value) == str(whole.value)
     line = data[:k].count(b"\n") + 1
     assert f"line {line} is not UTF-8 text (byte 0x{byte:02x} at offset {k})" in str(whole.value)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_a_non_utf8_prompts_file_is_one_input_error_line(tmp_path, capsys, monkeypatch, suffix):
+    """``sat train --backend llm --jsonl FILE`` (the dataset reader): exit 2, one line, before
+    any model loads (the model named does not exist: reaching it would fail differently)."""
+    pytest.importorskip("datasets")
+    from sat_theory import cli
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    path = tmp_path / f"prompts{suffix}"
+    rows = ([b'{"prompt": "1+1", "answer": "2"}', b'{"prompt": "caf\xe9", "answer": "3"}']
+            if suffix == ".jsonl" else [b"prompt,answer", b"1+1,2", b"caf\xe9,3"])
+    path.write_bytes(b"\n".join(rows) + b"\n")
+    argv = ["train", "--backend", "llm", "--model", str(tmp_path / "no-model"), "--jsonl",
+            str(path), "--stages", "1", "--quiet", "--out", str(tmp_path / "r")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("sat train: error:")
+    line = 2 if suffix == ".jsonl" else 3
+    assert f"line {line} is not UTF-8 text (byte 0xe9" in err[0]
