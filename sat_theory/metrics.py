@@ -49,6 +49,7 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .checkpoint import write_atomic
 from .commands._io import dumps, jsonable, read_utf8
 from .errors import InputError
 
@@ -56,14 +57,12 @@ __all__ = ["RunWriter", "Run", "read_config", "read_metrics", "load_run", "write
 
 
 def write_json_atomic(path: str, obj) -> None:
-    """Write ``obj`` as indented strict JSON to ``path`` via a temporary file + rename."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(jsonable(obj), f, indent=2, sort_keys=True, allow_nan=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    """Write ``obj`` as indented strict JSON to ``path`` atomically
+    (:func:`sat_theory.checkpoint.write_atomic`: temporary file, fsync, rename; the temporary
+    file is removed when the write fails or is interrupted)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    text = json.dumps(jsonable(obj), indent=2, sort_keys=True, allow_nan=False) + "\n"
+    write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 class RunWriter:

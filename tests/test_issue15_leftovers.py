@@ -300,6 +300,7 @@ def _signalled_child(argv, sig, target):
     """Run ``main(argv)`` and deliver ``sig`` to this process in the middle of the first
     atomic write of ``target`` (its temporary file written, not yet renamed)."""
     import sat_theory.checkpoint as ck
+    import sat_theory.metrics as metrics
     from sat_theory import cli
 
     orig = ck.write_atomic
@@ -307,28 +308,29 @@ def _signalled_child(argv, sig, target):
     def write_atomic(path, write):
         def write_then_signal(tmp):
             write(tmp)
-            if path.name == target:
+            if Path(path).name == target:
                 assert tmp.exists()
                 os.kill(os.getpid(), sig)
         return orig(path, write_then_signal)
 
-    ck.write_atomic = write_atomic
+    ck.write_atomic = metrics.write_atomic = write_atomic  # checkpoints; config.json
     os._exit(cli.main(argv))
 
 
+@pytest.mark.parametrize("target", ["config.json", "checkpoint.safetensors"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_temporary_files_are_removed_on_sigint_and_sigterm(tmp_path, sig):
+def test_temporary_files_are_removed_on_sigint_and_sigterm(tmp_path, sig, target):
     import multiprocessing
 
     out = tmp_path / "r"
     argv = ["train", "--env", "random-turn", "--agents", "2", "--states", "4", "--stages", "2",
             "--exact", "--quiet", "--out", str(out)]
     ctx = multiprocessing.get_context("fork")  # the parent has imported everything
-    p = ctx.Process(target=_signalled_child, args=(argv, sig, "checkpoint.safetensors"))
+    p = ctx.Process(target=_signalled_child, args=(argv, sig, target))
     p.start()
     p.join(300)
     assert p.exitcode == 130  # "interrupted", not killed by the signal
-    assert (out / "config.json").exists()  # the run had started
+    assert (out / "config.json").exists() == (target != "config.json")
     assert not list(out.glob(".*.tmp*")), list(out.iterdir())
 
 
