@@ -383,3 +383,25 @@ def test_a_non_utf8_prompts_file_is_one_input_error_line(tmp_path, capsys, monke
     assert len(err) == 1 and err[0].startswith("sat train: error:")
     line = 2 if suffix == ".jsonl" else 3
     assert f"line {line} is not UTF-8 text (byte 0xe9" in err[0]
+
+
+# ------------------------------------------------------------------ item 1: layering
+LAYERS_SCRIPT = """
+import sys
+import sat_theory, sat_theory.runner, sat_theory.commands.train, sat_theory.cli
+assert not [m for m in sys.modules if m.split(".")[0] == "sat_llm"], "sat_theory imported sat_llm"
+for m in [m for m in sys.modules if m.startswith("sat_theory.commands")]:
+    del sys.modules[m]
+import sat_llm.train
+assert "sat_theory.commands.train" not in sys.modules, "sat_llm.train imports the tabular CLI"
+assert sat_theory.runner.load_backend("llm").__module__ == "sat_llm.train"
+"""
+
+
+def test_backends_come_from_the_registry_without_an_import_circle():
+    """``sat_theory`` never imports ``sat_llm``; the LLM backend is found through
+    ``runner.BACKENDS`` and does not import ``sat train``'s module (the old circle)."""
+    pytest.importorskip("torch")
+    r = subprocess.run([sys.executable, "-c", LAYERS_SCRIPT], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
