@@ -69,21 +69,22 @@ def read_prompts(args, stdin=None) -> list[tuple[str, object]]:
 def play(team, prompt: str, answer=None) -> dict:
     """One greedy episode of ``team`` on ``prompt``: ``{prompt, messages: [(speaker, text)],
     final, answer, score}`` (``score`` is ``None`` without an answer)."""
-    from .tasks import Problem, extract_answer
+    from .tasks import extract_answer
 
     if answer is None and team.task.multi_turn:
         raise InputError(f"task {team.cfg.task!r} is interactive: its environment needs the "
                          "answer (--answer, or a JSON line with 'answer')")
     task = team.task
+    problem = task.user_problem(prompt, answer)
     if answer is None:  # nothing to score against: the same episode, without the score
         team.task = _Unscored(task)
     try:
-        (_, history, score), = team._run_episodes([Problem(prompt, answer)], greedy=True)
+        (_, history, score), = team._run_episodes([problem], greedy=True)
     finally:
         team.task = task
     final = next((t for who, t in reversed(history) if who.startswith("agent")), "")
     return dict(prompt=prompt, messages=history, final=final,
-                final_answer=extract_answer(final), answer=answer,
+                final_answer=extract_answer(final), answer=problem.answer,
                 score=float(score) if answer is not None else None)
 
 

@@ -128,6 +128,11 @@ class Task:
     def score(self, problem: Problem, final_message: str) -> float:  # pragma: no cover
         raise NotImplementedError
 
+    def user_problem(self, prompt: str, answer=None) -> Problem:
+        """A problem typed by a user (``sat team``): the prompt as given and the answer
+        (``None``: unscored) in the form :meth:`score` compares against."""
+        return Problem(prompt, None if answer is None else str(answer).strip())
+
     def feedback(self, problem: Problem, message: str) -> tuple[str | None, bool]:
         return None, False
 
@@ -175,6 +180,12 @@ class ArithmeticTask(Task):
     def score(self, problem, final_message):
         return float(_last_int(extract_answer(final_message)) == problem.answer)
 
+    def user_problem(self, prompt, answer=None):
+        value = None if answer is None else _last_int(str(answer))
+        if answer is not None and value is None:
+            raise InputError(f"arithmetic answers are integers, got {answer!r}")
+        return Problem(prompt, value)
+
 
 _ALLOWED_BINOPS = {ast.Add: lambda x, y: x + y, ast.Sub: lambda x, y: x - y,
                    ast.Mult: lambda x, y: x * y, ast.Div: lambda x, y: x / y}
@@ -219,6 +230,12 @@ class CountdownTask(Task):
                 prompt = (f"Using the numbers {shown} (each at most once) and + - * / with "
                           f"parentheses, write an expression equal to {target}. {ANSWER_HINT}")
                 return Problem(prompt, target, {"numbers": shown})
+
+    def user_problem(self, prompt, answer=None):
+        if answer is not None:
+            raise InputError(f"task {self.name!r} scores against generated problem data; "
+                             "a typed answer cannot be checked (omit it)")
+        return Problem(prompt, None)
 
     def score(self, problem, final_message):
         expr = extract_answer(final_message).split("=")[0].strip().replace("×", "*").replace("÷", "/")
@@ -390,6 +407,12 @@ class BlocksworldTask(Task):
                   f"{_describe(s1)}. Actions: 'pick up X', 'put down X', 'stack X on Y', "
                   f"'unstack X from Y'. Write the plan, one action per line.")
         return Problem(prompt, goal, {"init": init})
+
+    def user_problem(self, prompt, answer=None):
+        if answer is not None:
+            raise InputError(f"task {self.name!r} scores against generated problem data; "
+                             "a typed answer cannot be checked (omit it)")
+        return Problem(prompt, None)
 
     def score(self, problem, final_message):
         return float(validate_plan(final_message, problem.meta["init"], problem.answer)[0])
@@ -640,6 +663,14 @@ class DatasetTask(Task):
 
     def score(self, problem, final_message):
         return float(self.check(extract_answer(final_message), problem.answer))
+
+    def user_problem(self, prompt, answer=None):
+        """The training prompts' form (the answer hint appended) and a gold answer read by
+        the dataset rule (``#### x`` → ``x``)."""
+        from .data import gold_answer
+
+        return Problem(f"{prompt} {ANSWER_HINT}",
+                       None if answer is None else gold_answer(answer, "--answer"))
 
 
 TASKS = {
