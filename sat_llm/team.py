@@ -531,6 +531,9 @@ class LLMTeam(EpisodeLoop):
         self._logp_stats = [0.0, 0, 0.0]  # Σ|Δ|, tokens, max|Δ| of the behaviour log-prob check
         self._rescored = 0
         self._engine = None
+        #: ``agent -> transformers streamer`` (or None): single-episode generation streams
+        #: its tokens there (``sat team`` on a terminal)
+        self.streamer_for = None
         if cfg.engine == "vllm":
             from .vllm_engine import VLLMEngine  # lazily: vLLM and a GPU only
 
@@ -649,9 +652,11 @@ class LLMTeam(EpisodeLoop):
                                                   temperature=cfg.temperature, stop_ids=stop,
                                                   greedy=greedy)
             else:  # the training model itself generates
+                streamer = (self.streamer_for(k) if self.streamer_for is not None and b - a == 1
+                            else None)  # sat team: one episode's message, token by token
                 m_, l_ = generate(model, ctxs[a:b], max_new_tokens=cfg.max_new_tokens,
                                   temperature=cfg.temperature, stop_ids=stop,
-                                  pad_id=tok.pad_token_id, greedy=greedy)
+                                  pad_id=tok.pad_token_id, greedy=greedy, streamer=streamer)
                 v = self._version[k]
             if v != self._version[k]:  # intermediate occupancy: the predecessors just updated
                 raise RolloutMismatchError(
