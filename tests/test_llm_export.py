@@ -134,3 +134,32 @@ def test_bad_input_is_one_line(trained, tmp_path, capsys):
     _one_line_error(capsys, main(["team", str(bad), "--prompt", "hi"]), "not valid JSON")
     _one_line_error(capsys, main(["team", str(run), "--answer", "3"]), "--answer needs --prompt")
     assert not (tmp_path / "e").exists()  # nothing half-written
+
+
+def test_streamed_tokens_are_the_messages(trained):
+    """What ``sat team`` streams on a terminal is exactly each agent's message."""
+    from sat_llm.export import load_team
+    from sat_llm.play import play
+
+    team, _ = load_team(trained[0])
+    got = {}
+
+    class Collect:  # the streamer protocol: put(prompt ids) once, then the new tokens, end()
+        def __init__(self, agent):
+            self.agent, self.prompt_seen = agent, False
+            got[agent] = []
+
+        def put(self, value):
+            if self.prompt_seen:
+                got[self.agent] += value.flatten().tolist()
+            self.prompt_seen = True
+
+        def end(self):
+            pass
+
+    team.streamer_for = Collect
+    r = play(team, "Repeat exactly: abcd", "abcd")
+    tok = team.tokenizer(0)
+    assert sorted(got) == [0, 1]
+    for j, (_who, text) in enumerate(r["messages"]):
+        assert team.protocol.clean(tok.decode(got[j], skip_special_tokens=True)) == text
