@@ -384,11 +384,64 @@ def report(out: Path) -> int:
     (out / "summary.md").write_text(markdown_table(rows) + "\n")
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(df.round(3).to_string(index=False))
+    comp = comparisons(out, rows)
+    if comp:
+        pd.DataFrame(comp).to_csv(out / "comparisons.csv", index=False)
+        (out / "comparisons.md").write_text(comparisons_table(comp) + "\n")
+        print(pd.DataFrame(comp).round(3).to_string(index=False))
     if curves:
         plot(curves, out)
     if swaps:
         plot_swaps(swaps, out)
     return 0
+
+
+#: final-accuracy comparisons (a, b): every method against SAT of the same seed, and our
+#: single agent against TRL's (the two n = 1 runs)
+def _pairs(methods: set) -> list[tuple[str, str]]:
+    out = [(m, "sat") for m in sorted(methods) if m not in ("sat", *SWAPS) and "sat" in methods]
+    if {"single", "trl"} <= methods:
+        out.append(("single", "trl"))
+    return out
+
+
+def _last_eval(d: Path) -> Path:
+    return max((p for p in d.glob("eval_*.jsonl") if p.stem[5:].isdigit()),
+               key=lambda p: int(p.stem[5:]))
+
+
+def comparisons(out: Path, rows: list[dict]) -> list[dict]:
+    """Final held-out accuracy of run a minus run b (same seed, hence the same held-out
+    problems — checked), with the paired-bootstrap 95% CI over problems."""
+    by = {(r["method"], r["seed"]): r for r in rows}
+    res = []
+    for a, b in _pairs({m for m, _ in by}):
+        for seed in sorted({s for m, s in by if m == a}):
+            if (b, seed) not in by:
+                continue
+            fa, fb = (_last_eval(out / by[(m, seed)]["run"]) for m in (a, b))
+            prompts = [[json.loads(x)["prompt"] for x in f.read_text().splitlines() if x.strip()]
+                       for f in (fa, fb)]
+            if prompts[0] != prompts[1]:
+                continue  # not the same held-out problems: no paired comparison
+            diff, lo, hi = paired_bootstrap(read_eval(fb), read_eval(fa))
+            res.append(dict(a=by[(a, seed)]["run"], b=by[(b, seed)]["run"], seed=seed,
+                            acc_a=by[(a, seed)]["acc_final"], acc_b=by[(b, seed)]["acc_final"],
+                            diff=diff, diff_ci_lo=lo, diff_ci_hi=hi,
+                            tokens_a=by[(a, seed)]["tokens"], tokens_b=by[(b, seed)]["tokens"],
+                            train_minutes_a=by[(a, seed)]["train_minutes"],
+                            train_minutes_b=by[(b, seed)]["train_minutes"]))
+    return res
+
+
+def comparisons_table(comp: list[dict]) -> str:
+    head = ("| a | b | final a | final b | a − b (points) [95% CI] | tokens a / b | "
+            "training min a / b |\n|---|---|---|---|---|---|---|")
+    lines = [f"| {c['a']} | {c['b']} | {c['acc_a']:.3f} | {c['acc_b']:.3f} | "
+             f"{100 * c['diff']:+.1f} [{100 * c['diff_ci_lo']:+.1f}, {100 * c['diff_ci_hi']:+.1f}] | "
+             f"{c['tokens_a']:.0f} / {c['tokens_b']:.0f} | "
+             f"{c['train_minutes_a']:.1f} / {c['train_minutes_b']:.1f} |" for c in comp]
+    return "\n".join([head, *lines])
 
 
 def plot_swaps(swaps: dict, out: Path) -> None:
