@@ -311,9 +311,16 @@ def add_arguments(p) -> None:
     p.add_argument("--include-base", action="store_true",
                    help="copy the base model into DIR/base (always for tiny-random)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing export in --out")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bars (nor transformers' loading/saving bars)")
+    p.add_argument("--verbose", action="store_true",
+                   help="progress bars even when stderr is not a terminal")
 
 
 def run(args) -> int:
+    from sat_theory.progress import configure
+
+    configure(quiet=args.quiet, verbose=args.verbose)
     if args.stage is not None and args.stage < 0:
         raise InputError(f"--stage must be >= 0, got {args.stage}")
     info = export_team(args.run_dir, args.out, stage=args.stage, merged=args.merged,

@@ -33,6 +33,10 @@ def add_arguments(p) -> None:
                    help="print one JSON object per prompt instead of text")
     p.add_argument("--no-stream", action="store_true",
                    help="print each message when complete (default on a terminal: stream tokens)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bars (nor transformers' loading/saving bars)")
+    p.add_argument("--verbose", action="store_true",
+                   help="progress bars even when stderr is not a terminal")
 
 
 def read_prompts(args, stdin=None) -> list[tuple[str, object]]:
@@ -117,8 +121,11 @@ class _Printer:
 
 
 def run(args) -> int:
+    from sat_theory.progress import configure
+
     from .export import load_team
 
+    configure(quiet=args.quiet, verbose=args.verbose)
     if args.stage is not None and args.stage < 0:
         raise InputError(f"--stage must be >= 0, got {args.stage}")
     prompts = read_prompts(args)
