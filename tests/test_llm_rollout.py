@@ -1,4 +1,8 @@
-"""Batched CPU generation (left padding, masks, stop tokens) and the canonical protocol."""
+"""Batched generation (left padding, masks, stop tokens) and the canonical protocol.
+
+The generation tests run on the CPU and, as their ``gpu``-marked twins, on CUDA in float32
+(the ``device`` fixture of ``conftest.py``); sampling draws on the host, so a seed gives the
+same messages on both."""
 
 import numpy as np
 import pytest
@@ -9,14 +13,30 @@ pytest.importorskip("transformers")
 from sat_llm.models import load_model, resolve_model  # noqa: E402
 from sat_llm.protocol import Protocol  # noqa: E402
 from sat_llm.rollout import generate, message_logprobs, score_logits  # noqa: E402
+from sat_llm.team import strict_float32  # noqa: E402
 from sat_theory.errors import InputError  # noqa: E402
 
 torch.set_num_threads(1)
+strict_float32()  # no TF32 on the CUDA twins (what every LLMTeam switches off too)
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    return load_model("tiny-random", seed=0)
+def loaded():
+    """tiny-random per device, loaded once for the module."""
+    cache = {}
+
+    def get(device):
+        if device not in cache:
+            model, tok = load_model("tiny-random", seed=0)
+            cache[device] = model.to(device), tok
+        return cache[device]
+
+    return get
+
+
+@pytest.fixture
+def tiny(loaded, device):
+    return loaded(device)
 
 
 def _contexts(tok):
@@ -42,7 +62,7 @@ def test_behaviour_logprobs_equal_teacher_forced_scores(tiny):
         logp, toks, mask = score_logits(model, ctxs, msgs, pad_id=0, temperature=0.7)
     tl = message_logprobs(logp, toks, mask)
     for b, m in enumerate(msgs):
-        assert np.allclose(tl[b, :len(m)].double().numpy(), lps[b], atol=1e-5)
+        assert np.allclose(tl[b, :len(m)].double().cpu().numpy(), lps[b], atol=1e-5)
         assert float(mask[b].sum()) == len(m)
 
 
@@ -99,8 +119,8 @@ def test_shared_prefix_prefill_equals_the_plain_batch(tiny):
         assert out[True, "calls"][:2] == [(3, L - 1), (9, 1)]  # once per prompt, then the last token
 
 
-def test_protocol_is_canonical_and_shares_the_context(tiny):
-    _, tok = tiny
+def test_protocol_is_canonical_and_shares_the_context(loaded):
+    _, tok = loaded("cpu")  # the tokenizer only
     p = Protocol(3)
     assert p.schedule(np.random.default_rng(0)) == [0, 1, 2]
     hist = [("agent 1", "I say 4"), ("environment", "2 bulls, 0 cows.")]

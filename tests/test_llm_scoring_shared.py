@@ -1,5 +1,8 @@
 """Teacher-forced scoring: the shared-prefix pass and the LM head at the message positions
-only give the log-probabilities of the plain full-logits pass (up to float roundoff)."""
+only give the log-probabilities of the plain full-logits pass (up to float roundoff).
+
+Every test runs on the CPU and, as its ``gpu``-marked twin, on CUDA in float32 (the
+``device`` fixture of ``conftest.py``)."""
 
 import pytest
 
@@ -8,15 +11,22 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from sat_llm.models import load_model  # noqa: E402
-from sat_llm.rollout import message_logprobs, pad_right, score_logits, shared_prefixes  # noqa: E402
+from sat_llm.rollout import (  # noqa: E402
+    message_logprobs,
+    model_device,
+    pad_right,
+    score_logits,
+    shared_prefixes,
+)
+from sat_llm.team import strict_float32  # noqa: E402
 
 torch.set_num_threads(1)
+strict_float32()  # no TF32 on the CUDA twins (what every LLMTeam switches off too)
 
 
-@pytest.fixture(scope="module")
-def lora():
+def _lora_model():
     """tiny-random wrapped in a LoRA adapter with non-zero factors (so the adapter changes
-    every layer's keys/values, as after an update)."""
+    every layer's keys/values, as after an update); the factors are drawn on the host."""
     from peft import LoraConfig, get_peft_model
 
     model, tok = load_model("tiny-random", seed=0)
@@ -31,12 +41,32 @@ def lora():
     return pm, enc
 
 
+@pytest.fixture(scope="module")
+def loaded():
+    """:func:`_lora_model` per device, built once for the module."""
+    cache = {}
+
+    def get(device):
+        if device not in cache:
+            pm, enc = _lora_model()
+            cache[device] = pm.to(device), enc
+        return cache[device]
+
+    return get
+
+
+@pytest.fixture
+def lora(loaded, device):
+    return loaded(device)
+
+
 def _full_logits_reference(model, ctxs, msgs, tau, dtype):
     """The computation before the LM-head restriction: logits at every position, gathered."""
+    dev = model_device(model)
     ids, attn, starts, lengths = pad_right(ctxs, msgs, 0)
-    logits = model(input_ids=ids, attention_mask=attn).logits
+    logits = model(input_ids=ids.to(dev), attention_mask=attn.to(dev)).logits
     T = int(lengths.max())
-    pos = (starts[:, None] + torch.arange(T)[None, :] - 1).clamp(max=ids.shape[1] - 1)
+    pos = (starts[:, None] + torch.arange(T)[None, :] - 1).clamp(max=ids.shape[1] - 1).to(dev)
     sel = logits.gather(1, pos[:, :, None].expand(len(ctxs), T, logits.shape[-1]))
     return torch.log_softmax(sel.to(dtype) / tau, dim=-1)
 

@@ -1,4 +1,7 @@
-"""``LLMTeam`` driven by the shared algorithm, on the tiny random model (CPU, seconds).
+"""``LLMTeam`` driven by the shared algorithm, on the tiny random model (seconds).
+
+Every test runs on the CPU and, as its ``gpu``-marked twin, on CUDA in float32 (the
+``device`` fixture of ``conftest.py``; skipped without a GPU).
 
 The task (:class:`LowercaseTask`, loaded through ``make_task``'s ``module:Class`` form) scores
 the fraction of lowercase letters in the final message, so even a random character model's
@@ -34,9 +37,10 @@ class LowercaseTask(Task):
         return sum(c.islower() for c in final_message) / max(len(final_message), 1)
 
 
-def make_team(agents=2, **kw):
+def make_team(agents=2, device="cpu", **kw):
+    # float32 on every device (auto would pick bfloat16 on CUDA): the same tolerances hold
     base = dict(model="tiny-random", task=f"{__name__}:LowercaseTask", agents=agents, max_new_tokens=4, n_train=16,
-                n_eval=2, minibatch=8, lr=1e-2, seed=0, threads=1)
+                n_eval=2, minibatch=8, lr=1e-2, seed=0, threads=1, device=device, dtype="float32")
     base.update(kw)
     return LLMTeam(LLMConfig(**base))
 
@@ -46,15 +50,16 @@ def _weights(team, j):
 
 
 def _same(a, b):
-    return all(torch.equal(a[k], b[k]) for k in a)
+    """Equal adapter weights; compared on the host (replacement agents are built there)."""
+    return all(torch.equal(a[k].cpu(), b[k].cpu()) for k in a)
 
 
 def _base_params(team):
     return {k: p.detach().clone() for k, p in team._model(0).named_parameters() if "lora_" not in k}
 
 
-def test_only_the_updated_agents_adapter_changes():
-    team = make_team(agents=3)
+def test_only_the_updated_agents_adapter_changes(device):
+    team = make_team(agents=3, device=device)
     batch = team.rollout(2, 2)
     before = [_weights(team, j) for j in range(3)]
     base = _base_params(team)
@@ -68,8 +73,8 @@ def test_only_the_updated_agents_adapter_changes():
     assert all(torch.equal(base[k], after_base[k]) for k in base)
 
 
-def test_snapshot_restore_round_trip_with_optimizer_state():
-    team = make_team()
+def test_snapshot_restore_round_trip_with_optimizer_state(device):
+    team = make_team(device=device)
     batch = team.rollout(2, 2)
     snap0 = team.snapshot(0)  # the behaviour policy of the batch
     adv = np.linspace(-1, 1, len(batch.turns_of(0)))
@@ -89,8 +94,8 @@ def test_snapshot_restore_round_trip_with_optimizer_state():
     assert np.allclose(r["logp"], [t.logp for _, t in batch.turns_of(0)], atol=1e-4)
 
 
-def _stage(method, agents=3, **kw):
-    team = make_team(agents=agents)
+def _stage(method, device, agents=3, **kw):
+    team = make_team(agents=agents, device=device)
     cfg = TrainConfig(method=method, stages=1, n_groups=2, group_size=2, **kw)
     state = RunState.initial(cfg, agents)
     steps = []
@@ -98,21 +103,21 @@ def _stage(method, agents=3, **kw):
     return team, steps, rec
 
 
-def test_fresh_batch_per_agent_update_in_sat_mode():
-    _, steps, _ = _stage("sat")
+def test_fresh_batch_per_agent_update_in_sat_mode(device):
+    _, steps, _ = _stage("sat", device)
     ids = [s["rollout_id"] for s in steps]
     assert len(ids) == 3 and len(set(ids)) == 3
 
 
-def test_one_batch_per_stage_in_naive_mode():
-    _, steps, rec = _stage("naive")
+def test_one_batch_per_stage_in_naive_mode(device):
+    _, steps, rec = _stage("naive", device)
     assert len({s["rollout_id"] for s in steps}) == 1 and rec["rollouts"] == 1
 
 
-def test_trust_region_holds_or_step_is_rejected():
+def test_trust_region_holds_or_step_is_rejected(device):
     # a learning rate far too large for δ: the first try leaves the region, backtracking
     # (β×2, step×½ per retry) must bring the step back inside or the step is rejected
-    team = make_team(agents=2, lr=0.3)
+    team = make_team(agents=2, device=device, lr=0.3)
     start = [_weights(team, j) for j in range(2)]
     cfg = TrainConfig(method="sat", stages=1, n_groups=2, group_size=2, delta=1e-3,
                       max_backtracks=2, on_violation="reject")
@@ -126,8 +131,8 @@ def test_trust_region_holds_or_step_is_rejected():
             assert _same(start[s["agent"]], _weights(team, s["agent"])) and s["kl"] == 0
 
 
-def test_stage0_alignment_moves_the_new_agent_toward_the_old_one():
-    team = make_team(agents=2, lr=3e-3)
+def test_stage0_alignment_moves_the_new_agent_toward_the_old_one(device):
+    team = make_team(agents=2, device=device, lr=3e-3)
     old = _weights(team, 0)
     new = team.new_agent(0, "random", seed=1)
     aligned, info = stage0_align(team, 0, new, 5e-4, "distill", probe_groups=2,
@@ -141,8 +146,8 @@ def test_stage0_alignment_moves_the_new_agent_toward_the_old_one():
         stage0_align(team, 0, new, 0.1, "project")
 
 
-def test_heterogeneous_team_has_separate_bases_and_trains():
-    team = make_team(agents=2, agent_models=("tiny-random", "tiny-random"))
+def test_heterogeneous_team_has_separate_bases_and_trains(device):
+    team = make_team(agents=2, device=device, agent_models=("tiny-random", "tiny-random"))
     assert team._model(0) is not team._model(1)
     before = _weights(team, 1)
     batch = team.rollout(2, 2)
