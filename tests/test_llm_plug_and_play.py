@@ -1,5 +1,7 @@
 """Plug-and-play on LLM teams: a team started from a saved team file (``--init-from``) and a
-``stronger`` replacement agent read from one (``--swap-from FILE[:J]``)."""
+``stronger`` replacement agent read from one (``--swap-from FILE[:J]``). The team and CLI
+runs go on the CPU and, as ``gpu``-marked twins, on CUDA in float32 (the ``device`` fixture
+of ``conftest.py``); team files hold host tensors, so weights are compared on the host."""
 
 from __future__ import annotations
 
@@ -13,11 +15,15 @@ from sat_theory.cli import main  # noqa: E402
 from sat_theory.errors import InputError  # noqa: E402
 
 BASE = dict(model="tiny-random", task="copy", agents=2, max_new_tokens=4, n_train=8, n_eval=4,
-            minibatch=4, seed=0, threads=1)
+            minibatch=4, seed=0, threads=1, dtype="float32")
 
 
-def _trained_file(tmp_path):
-    team = LLMTeam(LLMConfig(**BASE))
+def _same(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k].cpu(), b[k].cpu()) for k in a)
+
+
+def _trained_file(tmp_path, device="cpu"):
+    team = LLMTeam(LLMConfig(**BASE, device=device))
     for j in range(2):  # distinct, non-initial adapters
         team.replace(j, team.new_agent(j, "random", seed=10 + j))
     path = tmp_path / "team.safetensors"
@@ -25,17 +31,16 @@ def _trained_file(tmp_path):
     return team, path
 
 
-def test_init_from_and_stronger_swap_read_the_saved_adapters(tmp_path):
-    src, path = _trained_file(tmp_path)
-    team = LLMTeam(LLMConfig(**BASE, init_from=str(path), swap_from=f"{path}:1"))
+def test_init_from_and_stronger_swap_read_the_saved_adapters(tmp_path, device):
+    src, path = _trained_file(tmp_path, device)
+    team = LLMTeam(LLMConfig(**BASE, device=device, init_from=str(path), swap_from=f"{path}:1"))
     for j in range(2):
-        mine, theirs = team._get_weights(j), src._get_weights(j)
-        assert all(torch.equal(mine[k], theirs[k]) for k in mine)
+        assert _same(team._get_weights(j), src._get_weights(j))
     # 'retrain' resets to fresh adapters, not to the loaded ones
-    fresh = LLMTeam(LLMConfig(**BASE))._get_weights(0)
-    assert all(torch.equal(team._init_weights[0][k], fresh[k]) for k in fresh)
+    fresh = LLMTeam(LLMConfig(**BASE, device=device))._get_weights(0)
+    assert _same(team._init_weights[0], fresh)
     new = team.new_agent(0, "stronger", seed=3)
-    assert all(torch.equal(new.weights[k], src._get_weights(1)[k]) for k in new.weights)
+    assert _same(new.weights, src._get_weights(1))
     assert load_team_file(str(path)).keys() == {0, 1}
 
 
@@ -58,10 +63,11 @@ def test_cli_stronger_swap_without_a_file_fails_before_loading(tmp_path, capsys)
     assert rc == 2 and "no team file" in capsys.readouterr().err
 
 
-def test_cli_direct_swap_to_a_stronger_saved_agent(tmp_path):
-    src, path = _trained_file(tmp_path)
+def test_cli_direct_swap_to_a_stronger_saved_agent(tmp_path, device):
+    src, path = _trained_file(tmp_path, device)
     out = tmp_path / "run"
-    rc = main(["train", "--backend", "llm", "--model", "tiny-random", "--task", "copy",
+    rc = main(["train", "--backend", "llm", "--device", device, "--dtype", "float32",
+               "--model", "tiny-random", "--task", "copy",
                "--agents", "2", "--stages", "1", "--prompts", "2", "--group-size", "2",
                "--max-new-tokens", "4", "--n-train", "8", "--n-eval", "4", "--minibatch", "4",
                "--threads", "1", "--init-from", str(path), "--swap-stage", "0",
@@ -75,5 +81,4 @@ def test_cli_direct_swap_to_a_stronger_saved_agent(tmp_path):
     assert swap["swap_kind"] == "stronger" and swap["agent"] == 1
     assert (out / "eval_0_swap.jsonl").is_file()  # per-problem results right after the swap
     pre = load_team_file(str(out / "policies" / "stage0.safetensors"))  # right after the swap
-    want = src._get_weights(0)
-    assert all(torch.equal(pre[1][k], want[k]) for k in want)
+    assert _same(pre[1], src._get_weights(0))
