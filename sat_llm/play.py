@@ -5,6 +5,10 @@ held-out evaluation) and every agent's message is printed as ``agent k: …``, t
 answer (the last agent's message, as the task extracts it) and, when an answer is known, the
 task's score. On a terminal each message streams token by token.
 
+A typed prompt is put in the form the team trained on (:meth:`Task.user_problem`: e.g. the
+answer hint of ``arithmetic`` and dataset tasks appended) and a typed answer in the form the
+task scores against (an integer for ``arithmetic``, the ``#### x`` rule for datasets).
+
 Prompts: ``--prompt`` (repeatable), else one per line on stdin. A stdin line that is a JSON
 object ``{"prompt": …, "answer": …}`` brings its answer along; ``--answer`` gives one for a
 single ``--prompt``.

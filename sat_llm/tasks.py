@@ -51,6 +51,11 @@ __all__ = ["Problem", "Task", "TASKS", "make_task", "validate_plan", "math_equal
 ANSWER_HINT = "End your message with a line 'Answer: <answer>'."
 
 
+def with_hint(prompt: str) -> str:
+    """A typed prompt in the form the tasks train on: the answer hint appended (once)."""
+    return prompt if ANSWER_HINT in prompt else f"{prompt.rstrip()} {ANSWER_HINT}"
+
+
 @dataclass
 class Problem:
     prompt: str
@@ -184,7 +189,7 @@ class ArithmeticTask(Task):
         value = None if answer is None else _last_int(str(answer))
         if answer is not None and value is None:
             raise InputError(f"arithmetic answers are integers, got {answer!r}")
-        return Problem(prompt, value)
+        return Problem(with_hint(prompt), value)
 
 
 _ALLOWED_BINOPS = {ast.Add: lambda x, y: x + y, ast.Sub: lambda x, y: x - y,
@@ -669,7 +674,7 @@ class DatasetTask(Task):
         the dataset rule (``#### x`` → ``x``)."""
         from .data import gold_answer
 
-        return Problem(f"{prompt} {ANSWER_HINT}",
+        return Problem(with_hint(prompt),
                        None if answer is None else gold_answer(answer, "--answer"))
 
 

@@ -105,3 +105,20 @@ def test_unknown_task_and_bad_options():
         make_task("copy", colour=1)
     with pytest.raises(InputError, match="needs a local dataset"):
         make_task("jsonl")
+
+
+def test_user_problems_take_the_training_form():
+    """``sat team``: a typed prompt gets the task's answer hint once; a typed answer is read
+    as the task scores it; tasks that score against generated data refuse a typed answer."""
+    from sat_llm.tasks import ANSWER_HINT, make_task
+
+    t = make_task("arithmetic")
+    p = t.user_problem("What is 7 * 8?", "56")
+    assert p.prompt == f"What is 7 * 8? {ANSWER_HINT}" and p.answer == 56
+    assert t.score(p, "7 * 8 = 56\nAnswer: 56") == 1.0
+    assert t.user_problem(p.prompt).prompt == p.prompt and t.user_problem("x").answer is None
+    with pytest.raises(InputError, match="integers"):
+        t.user_problem("What is 7 * 8?", "fifty-six")
+    with pytest.raises(InputError, match="cannot be checked"):
+        make_task("countdown").user_problem("Reach 10 from [2, 5]", "2*5")
+    assert make_task("copy").user_problem("Repeat exactly: ab", " ab ").answer == "ab"
