@@ -790,6 +790,19 @@ def section_llm_learning(out: Path) -> str:
             if at:
                 s.append("At SAT's training time (evaluation excluded), naive reaches: "
                          + "; ".join(at) + ".")
+    peer = next((r for r in rows if r["method"] == "comlrl"), None)
+    if peer is not None:
+        s.append(f"\n**CoMLRL's MAGRPOTrainer** (`{peer['run']}`, 2 agents, "
+                 f"{peer['tokens'] / 1000:.1f}k tokens): {peer['acc_untrained']:.3f} → "
+                 f"{peer['acc_final']:.3f}, best {peer['best_acc']:.3f} "
+                 "(`experiments/peer_comlrl.py`: MAGRPO's simultaneous turns mapped onto our "
+                 "turn-taking protocol, its own REINFORCE loss with a group baseline and no "
+                 "trust region). A first run as configured out of the box stayed at the untrained "
+                 "accuracy for 21 prompts: CoMLRL 1.4.3 takes a prompt's length to be the position "
+                 "of its first pad token, and SmolLM2 pads with `<|im_end|>`, which every chat "
+                 "prompt contains, so its \"completions\" held most of the prompt; the study pads "
+                 "with `<|endoftext|>` instead (a user-side setting; `<|im_end|>` stays the stop "
+                 "token).")
     first = _llm_rows(folder / "ops0-12")
     if first:
         s.append("\n**First attempt, a harder task** (operands 0–12, 507 problems, "
