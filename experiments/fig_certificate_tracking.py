@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -29,12 +31,18 @@ def run(opts: Options) -> list[Path]:
     _, stages, _ = trained(opts.out, rs, **opts.executor_kwargs())
     df = stages[stages.method == "sat"]
     df = df[[c for c in COLUMNS if c in df.columns]]
-    paths = [write_csv(df, opts.out, NAME)]
+    return [write_csv(df, opts.out, NAME)] + plot(opts.out)
+
+
+def plot(out: Path | str) -> list[Path]:
+    """Draw the figure from the saved ``fig_certificate_tracking.csv`` in ``out``."""
+    out = Path(out)
+    df = pd.read_csv(out / f"{NAME}.csv")
     with paper_style():
-        fig = plot_certificate_tracking(df, bound_cols=[b for b in BOUNDS if b in df.columns],
-                                        title=f"SAT: measured vs certified improvement ({rs.seeds} seeds)")
-        paths += save_figure(fig, opts.out, NAME)
-    return paths
+        fig = plot_certificate_tracking(
+            df, bound_cols=[b for b in BOUNDS if b in df.columns],
+            title=f"SAT: measured vs certified improvement ({df.seed.nunique()} seeds)")
+        return save_figure(fig, out, NAME)
 
 
 def main(argv=None) -> int:

@@ -15,6 +15,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import matplotlib.pyplot as plt
+import pandas as pd
 
 from experiments.common import Options, run_study, write_csv
 from experiments.runs import main_runset, trained
@@ -31,15 +32,20 @@ def run(opts: Options) -> list[Path]:
     _, stages, _ = trained(opts.out, rs, **opts.executor_kwargs())
     df = stages[stages.method == "sat"]
     df = df[[c for c in COLUMNS if c in df.columns]]
-    paths = [write_csv(df, opts.out, NAME)]
+    return [write_csv(df, opts.out, NAME)] + plot(opts.out)
+
+
+def plot(out: Path | str) -> list[Path]:
+    """Draw the figure from the saved ``fig_certificate_vs_improvement.csv`` in ``out``."""
+    out = Path(out)
+    df = pd.read_csv(out / f"{NAME}.csv")
     with paper_style():
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
         for ax, (col, title) in zip(axes, PANELS, strict=True):
             plot_certificate_vs_improvement(df, ax=ax, bound_col=col, title=title)
             ax.title.set_fontsize(10)
         fig.tight_layout()
-        paths += save_figure(fig, opts.out, NAME)
-    return paths
+        return save_figure(fig, out, NAME)
 
 
 def main(argv=None) -> int:

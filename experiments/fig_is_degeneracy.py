@@ -92,13 +92,19 @@ def run(opts: Options) -> list[Path]:
     cfg = config_for(opts)
     raw = simulate(cfg)
     agg = summarize(raw)
-    paths = [write_csv(agg, opts.out, NAME), write_csv(agg, opts.out, "table_is_degeneracy")]
+    return [write_csv(agg, opts.out, NAME), write_csv(agg, opts.out, "table_is_degeneracy")] + plot(opts.out)
+
+
+def plot(out: Path | str) -> list[Path]:
+    """Draw the figure from the saved ``fig_is_degeneracy.csv`` in ``out`` (γ in the title is
+    :class:`Config`'s, which ``--quick`` does not change)."""
+    out = Path(out)
+    agg = pd.read_csv(out / f"{NAME}.csv")
     with paper_style():
         fig = plot_is_degeneracy(agg)
         fig.suptitle(f"Importance-weight degeneracy of stage-start reuse (exact ESS; turn-taking, "
-                     f"γ={cfg.gamma:g}, B={cfg.n_traj} for quantiles)", y=1.02, fontsize=11)
-        paths += save_figure(fig, opts.out, NAME)
-    return paths
+                     rf"$\gamma$ = {Config().gamma:g}, {int(agg.seeds.max())} seeds)", y=1.02, fontsize=11)
+        return save_figure(fig, out, NAME)
 
 
 def main(argv=None) -> int:

@@ -16,6 +16,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import matplotlib.pyplot as plt
+import pandas as pd
 
 from experiments.common import Options, run_study, write_csv
 from experiments.runs import main_runset, trained
@@ -30,17 +31,24 @@ def run(opts: Options) -> list[Path]:
     rs = main_runset(opts.quick, opts.seeds)
     steps, _, _ = trained(opts.out, rs, **opts.executor_kwargs())
     df = steps[[c for c in COLUMNS if c in steps.columns]]
-    paths = [write_csv(df, opts.out, NAME)]
+    return [write_csv(df, opts.out, NAME)] + plot(opts.out)
+
+
+def plot(out: Path | str) -> list[Path]:
+    """Draw the figure from the saved ``fig_kl_distribution.csv`` in ``out`` (δ: the runs'
+    per-agent radius ``delta_i``)."""
+    out = Path(out)
+    df = pd.read_csv(out / f"{NAME}.csv")
+    radius = float(df.delta_i.iloc[0])
     with paper_style():
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True)
-        plot_kl_distribution(df, rs.delta, ax=axes[0], kl_col="kl",
-                             title="monitored KL δ̂ (batch estimate)")
-        plot_kl_distribution(df, rs.delta, ax=axes[1], kl_col="delta",
-                             title="exact KL δ_i under d^{π̂^{i−1}}")
+        plot_kl_distribution(df, radius, ax=axes[0], kl_col="kl",
+                             title=r"monitored KL $\hat\delta$ (batch estimate)")
+        plot_kl_distribution(df, radius, ax=axes[1], kl_col="delta",
+                             title=r"exact KL $\delta_i$ under $d^{\hat\pi^{i-1}}$")
         axes[1].set_ylabel("")
         fig.tight_layout()
-        paths += save_figure(fig, opts.out, NAME)
-    return paths
+        return save_figure(fig, out, NAME)
 
 
 def main(argv=None) -> int:

@@ -56,9 +56,9 @@ NAME = "fig_n_scaling"
 
 METRICS = ("Delta_stale", "D_occ", "surrogate_error", "penalty")
 METRIC_LABELS = {
-    "Delta_stale": "Δ_stale = Σ_i |L_i^seq − L_i^stale|",
-    "D_occ": "D_occ = Σ_i TV(d^{i−1}, d^0)",
-    "surrogate_error": "Σ_i |true gain_i − L_i^used|",
+    "Delta_stale": r"$\Delta_{\mathrm{stale}} = \sum_i |L_i^{\mathrm{seq}} - L_i^{\mathrm{stale}}|$",
+    "D_occ": r"$D_{\mathrm{occ}} = \sum_i \mathrm{TV}(d^{i-1}, d^0)$",
+    "surrogate_error": r"$\sum_i |\mathrm{true\ gain}_i - L_i^{\mathrm{used}}|$",
     "penalty": "certificate penalty (return units)",
 }
 LAYOUT_LABELS = {"turn": "turn-taking team (TeamTR protocol)",
@@ -132,6 +132,12 @@ def summarize(raw: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     agg = per_seed.groupby(["layout", "method", "metric", "n"], as_index=False)["value"].agg(
         mean="mean", std="std", n_seeds="count")
     agg["std"] = agg["std"].fillna(0.0)
+    return agg, power_law_fits(agg)
+
+
+def power_law_fits(agg: pd.DataFrame) -> pd.DataFrame:
+    """Least-squares fits of ``log mean`` on ``log n`` per (layout, method, metric), and the
+    analytic penalty shapes ``n`` and ``n(n+1)/2`` fitted over the same grid of n."""
     fits = []
     for (lay, m, met), g in agg.groupby(["layout", "method", "metric"], sort=False):
         g = g.sort_values("n")
@@ -144,7 +150,7 @@ def summarize(raw: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         a, c = fit_power_law(ns, vals)
         fits.append(dict(layout="any", method="analytic", metric=met, exponent=a, prefactor=c,
                          n_min=int(ns.min()), n_max=int(ns.max()), n_points=len(ns)))
-    return agg, pd.DataFrame(fits)
+    return pd.DataFrame(fits)
 
 
 def run(opts: Options) -> list[Path]:
@@ -157,12 +163,19 @@ def run(opts: Options) -> list[Path]:
     table = pd.concat([table, fits[fits.method == "analytic"]], ignore_index=True)
     paths = [write_csv(agg, opts.out, NAME), write_csv(raw, opts.out, NAME + "_raw"),
              write_csv(table, opts.out, "table_n_scaling")]
+    return paths + plot(opts.out)
+
+
+def plot(out: Path | str) -> list[Path]:
+    """Draw the figure from the saved ``fig_n_scaling.csv`` and ``_raw.csv`` in ``out``."""
+    out = Path(out)
+    agg = pd.read_csv(out / f"{NAME}.csv")
+    stages = pd.read_csv(out / f"{NAME}_raw.csv", usecols=["stage"])["stage"].nunique()
     with paper_style():
-        fig = plot_n_scaling(agg, fits, list(METRICS), METRIC_LABELS, LAYOUT_LABELS)
-        fig.suptitle(f"Team-size scaling at fixed per-agent δ = {cfg.delta:g} "
-                     f"(exact, {cfg.seeds} seeds × {cfg.stages} stages)", y=1.01)
-        paths += save_figure(fig, opts.out, NAME)
-    return paths
+        fig = plot_n_scaling(agg, power_law_fits(agg), list(METRICS), METRIC_LABELS, LAYOUT_LABELS)
+        fig.suptitle(rf"Team-size scaling at fixed per-agent $\delta$ = {agg.delta.iloc[0]:g} "
+                     f"(exact, {int(agg.n_seeds.max())} seeds × {stages} stages)", y=1.03)
+        return save_figure(fig, out, NAME)
 
 
 def main(argv=None) -> int:

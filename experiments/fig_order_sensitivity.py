@@ -116,13 +116,19 @@ def simulate(cfg: Config) -> pd.DataFrame:
 def run(opts: Options) -> list[Path]:
     cfg = config_for(opts)
     df = simulate(cfg)
-    paths = [write_csv(df, opts.out, NAME)]
+    return [write_csv(df, opts.out, NAME)] + plot(opts.out)
+
+
+def plot(out: Path | str) -> list[Path]:
+    """Draw the figure from the saved ``fig_order_sensitivity.csv`` in ``out`` (n and δ in the
+    title are :class:`Config`'s, which ``--quick`` does not change)."""
+    out, cfg = Path(out), Config()
+    df = pd.read_csv(out / f"{NAME}.csv")
     with paper_style():
         fig = plot_order_sensitivity(df)
-        fig.suptitle(f"Update-order sensitivity (exact; turn-taking n={cfg.n_agents}, δ={cfg.delta:g})",
+        fig.suptitle(rf"Update-order sensitivity (exact; turn-taking $n$ = {cfg.n_agents}, $\delta$ = {cfg.delta:g})",
                      y=1.02)
-        paths += save_figure(fig, opts.out, NAME)
-    return paths
+        return save_figure(fig, out, NAME)
 
 
 def main(argv=None) -> int:

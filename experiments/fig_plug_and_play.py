@@ -96,16 +96,24 @@ def run(opts: Options) -> list[Path]:
     traj = trajectories(stages, swaps)
     paths = [write_csv(traj, opts.out, NAME),
              write_csv(summary(stages, swaps), opts.out, "table_plug_and_play")]
-    k = rs.variants["stronger/direct"]["swap_stage"]
+    return paths + plot(opts.out)
+
+
+def plot(out: Path | str) -> list[Path]:
+    """Draw the figure from the saved ``fig_plug_and_play.csv`` in ``out``; the swap stage is
+    the one whose extra just-after-swap point (``k + 0.05``) the trajectories carry."""
+    out = Path(out)
+    traj = pd.read_csv(out / f"{NAME}.csv")
+    k = int(np.floor(traj.stage[traj.stage % 1 != 0].min()))
     with paper_style():
         fig, axes = plt.subplots(1, len(KINDS), figsize=(6 * len(KINDS), 4.3), sharey=True)
         for ax, kind in zip(axes, KINDS, strict=True):
             sel = traj[traj.kind.isin([kind, "none"])]
             plot_plug_and_play(sel, k, ax=ax)
-            ax.set_title(f"{kind} replacement of agent 0 before stage {k} ({rs.seeds} seeds)", fontsize=10)
+            ax.set_title(f"{kind} replacement of agent 0 before stage {k} ({sel.seed.nunique()} seeds)",
+                         fontsize=10)
         fig.tight_layout()
-        paths += save_figure(fig, opts.out, NAME)
-    return paths
+        return save_figure(fig, out, NAME)
 
 
 def main(argv=None) -> int:

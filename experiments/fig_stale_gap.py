@@ -20,6 +20,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import matplotlib.pyplot as plt
+import pandas as pd
 
 from experiments.common import Options, run_study, write_csv
 from experiments.runs import main_runset, trained
@@ -36,18 +37,23 @@ def run(opts: Options) -> list[Path]:
     df = df[[c for c in COLUMNS if c in df.columns]].copy()
     df["gap_exact"] = (df.L_stale - df.L_seq).abs()
     df["gap_used"] = (df.surrogate - df.L_seq).abs()
-    paths = [write_csv(df, opts.out, NAME)]
+    return [write_csv(df, opts.out, NAME)] + plot(opts.out)
+
+
+def plot(out: Path | str) -> list[Path]:
+    """Draw the figure from the saved ``fig_stale_gap.csv`` in ``out``."""
+    out = Path(out)
+    df = pd.read_csv(out / f"{NAME}.csv")
     with paper_style():
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.3), sharey=True)
-        plot_stale_gap(df, ax=axes[0], value="gap_exact",
-                       ylabel="gap (return units)", title="|L_i^stale − L_i^seq| (exact, definition)")
+        plot_stale_gap(df, ax=axes[0], value="gap_exact", ylabel="gap (return units)",
+                       title=r"$|L_i^{\mathrm{stale}} - L_i^{\mathrm{seq}}|$ (exact, definition)")
         plot_stale_gap(df, ax=axes[1], value="gap_used", ylabel="",
-                       title="|L̂_i (what the method optimized) − L_i^seq|")
+                       title=r"$|\hat L_i - L_i^{\mathrm{seq}}|$, $\hat L_i$ = what the method optimized")
         for ax in axes:
             ax.title.set_fontsize(10)
         fig.tight_layout()
-        paths += save_figure(fig, opts.out, NAME)
-    return paths
+        return save_figure(fig, out, NAME)
 
 
 def main(argv=None) -> int:

@@ -46,16 +46,25 @@ def run(opts: Options) -> list[Path]:
         df.insert(0, "setting", setting)
         frames.append(df)
     data = pd.concat(frames, ignore_index=True)
-    paths = [write_csv(data, opts.out, NAME)]
+    return [write_csv(data, opts.out, NAME)] + plot(opts.out)
+
+
+def plot(out: Path | str) -> list[Path]:
+    """Draw the figure from the saved ``fig_training_curves.csv`` in ``out`` (one panel per
+    setting; the per-stage episode budget is the CSV's, δ the run sets' fixed radius)."""
+    out = Path(out)
+    data = pd.read_csv(out / f"{NAME}.csv")
+    settings = list(dict.fromkeys(data.setting))
     with paper_style():
-        fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
-        for ax, (setting, rs), df in zip(axes, panels, frames, strict=True):
-            budget = (f"{rs.budget_groups}×{rs.group_size} episodes per stage, " if rs.mode == "sampled" else "")
-            plot_training_curves(df, ax=ax, title=f"{setting} ({budget}δ={rs.delta:g}, {rs.seeds} seeds)")
+        fig, axes = plt.subplots(1, len(settings), figsize=(6 * len(settings), 4.4), squeeze=False)
+        for ax, setting in zip(axes[0], settings, strict=True):
+            df = data[data.setting == setting]
+            first = df[df.stage == 0].episodes
+            budget = f"{int(first.iloc[0])} episodes per stage, " if first.notna().all() and first.gt(0).all() else ""
+            plot_training_curves(df, ax=ax, title=rf"{setting} ({budget}$\delta$ = {RunSet().delta:g})")
             ax.title.set_fontsize(10)
         fig.tight_layout()
-        paths += save_figure(fig, opts.out, NAME)
-    return paths
+        return save_figure(fig, out, NAME)
 
 
 def main(argv=None) -> int:

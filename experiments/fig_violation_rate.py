@@ -25,6 +25,7 @@ quadratic regime.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,14 +122,21 @@ def run(opts: Options) -> list[Path]:
     for w, f in fits.items():
         for k, v in f.items():
             agg.loc[agg.weighting == w, k] = v
-    paths = [write_csv(agg, opts.out, NAME), write_json(fits, opts.out, NAME + "_fit")]
+    return [write_csv(agg, opts.out, NAME), write_json(fits, opts.out, NAME + "_fit")] + plot(opts.out)
+
+
+def plot(out: Path | str) -> list[Path]:
+    """Draw the figure from the saved ``fig_violation_rate.csv`` and ``_fit.json`` in ``out``
+    (layout and n in the title are :class:`Config`'s, which ``--quick`` does not change)."""
+    out, cfg = Path(out), Config()
+    agg = pd.read_csv(out / f"{NAME}.csv")
+    fits = json.loads((out / f"{NAME}_fit.json").read_text())
     with paper_style():
         fig = plot_violation_rate(agg, fits)
         fig.axes[0].set_title(f"Per-state KL violations under an expected-KL step\n"
-                              f"({cfg.layout} MDPs, n={cfg.n_agents}, {cfg.seeds} seeds × {cfg.stages} stages)",
+                              f"({cfg.layout} MDPs, $n$ = {cfg.n_agents}, {int(agg.n_seeds.max())} seeds)",
                               fontsize=10)
-        paths += save_figure(fig, opts.out, NAME)
-    return paths
+        return save_figure(fig, out, NAME)
 
 
 def main(argv=None) -> int:

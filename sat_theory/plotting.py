@@ -18,6 +18,7 @@ One color per method across every figure (:data:`METHOD_COLORS`).
 from __future__ import annotations
 
 import math
+import re
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,7 +28,7 @@ matplotlib.use("Agg")  # files only; never open a window
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import MaxNLocator, NullLocator, SymmetricalLogLocator  # noqa: E402
 
 from .errors import InputError  # noqa: E402
 
@@ -62,13 +63,13 @@ METHOD_LABELS = {"sat": "SAT / TeamTR", "naive": "naive sequential", "joint": "j
 BOUND_COLORS = {"true_improvement": "#000000", "lower_bound_estimated": "#CC79A7", "lower_bound_stale": "#D55E00",
                 "lower_bound_max": "#E69F00", "lower_bound": "#0072B2",
                 "lower_bound_fnorm": "#56B4E9", "lower_bound_tv": "#009E73"}
-BOUND_LABELS = {"true_improvement": "true improvement J(π̄)−J(π_cur)",
+BOUND_LABELS = {"true_improvement": r"true improvement $J(\bar\pi) - J(\pi_{\mathrm{cur}})$",
                 "lower_bound_estimated": "TeamTR Thm 3.6, estimated terms",
                 "lower_bound_stale": "stale bound (TeamTR Prop. 3.3)",
                 "lower_bound_max": "SAT Thm 4.4 (max-KL)",
                 "lower_bound": "TeamTR Thm 3.6 (expected KL)",
-                "lower_bound_fnorm": "tighter: ‖f_i‖∞ for A_max",
-                "lower_bound_tv": "tighter: ‖f_i‖∞ and exact TV"}
+                "lower_bound_fnorm": r"tighter: $\|f_i\|_\infty$ for $A_{\max}$",
+                "lower_bound_tv": r"tighter: $\|f_i\|_\infty$ and exact TV"}
 
 _FALLBACK = ["#56B4E9", "#F0E442", "#000000", "#8c564b", "#bcbd22", "#17becf"]
 
@@ -82,6 +83,90 @@ def method_color(method: str) -> str:
 
 def method_label(method: str) -> str:
     return METHOD_LABELS.get(method, str(method))
+
+
+def symlog_y(ax, values) -> float:
+    """Put ``ax``'s y axis on a symmetric-log scale that reads cleanly; return its linear
+    half-width ``t``.
+
+    ``t = 10^⌊log10 median|v|⌋`` (a power of ten), so every major tick is 0 or ``±10^k`` with
+    ``10^k ≥ t`` and, with ``linscale = 1``, 0 sits one decade's height from ``±t`` — no two
+    tick labels meet at the linear/log break (a non-decade ``t`` put a ``10^k`` tick inside
+    the linear band, next to 0). The band ``|y| < t`` is shaded and named in the y label.
+    """
+    v = np.abs(np.asarray(values, float))
+    v = v[np.isfinite(v) & (v > 0)]
+    t = 10.0 ** math.floor(math.log10(float(np.quantile(v, 0.5)))) if v.size else 1.0
+    ax.set_yscale("symlog", linthresh=t, linscale=1.0)
+    ax.yaxis.set_major_locator(SymmetricalLogLocator(base=10, linthresh=t, subs=[1.0]))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.axhspan(-t, t, color="0.5", alpha=0.08, lw=0, zorder=0)
+    ax.set_ylabel(ax.get_ylabel() + f"\nsymlog: linear for |y| < {t:g} (shaded)")
+    return t
+
+
+def stage_axis(ax, label: str = "stage") -> None:
+    """Integer stage ticks starting at 0 (``MaxNLocator(integer=True)``)."""
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlim(left=0)
+    ax.set_xlabel(label)
+
+
+def legend_outside(ax, **kw) -> None:
+    """The legend to the right of the axes, where it cannot cover data."""
+    ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, **kw)
+
+
+#: two curves closer than this share of the axes' height at every x overlap on the page
+OVERLAP = 0.02
+
+
+def _labelled_curves(ax) -> list:
+    """``(artist, line)`` of every labelled curve of ``ax``: plain lines, and error-bar
+    containers (labelled on the container, data on its first line)."""
+    out = [(c, c.lines[0]) for c in ax.containers
+           if hasattr(c, "lines") and c.lines[0] is not None and not c.get_label().startswith("_")]
+    inside = {id(line) for _, line in out}
+    out += [(ln, ln) for ln in ax.lines if not ln.get_label().startswith("_") and id(ln) not in inside]
+    return out
+
+
+def note_overlaps(ax, share: float = OVERLAP, after: float = -math.inf) -> None:
+    """Name, in the legend, every curve that would hide under one drawn before it: equal data
+    gets ", identical to X" (and is dashed on top); data whose drawn height differs by less
+    than ``share`` of the axes' height at every x the two share (at least two) gets
+    ", overlaps X". Measured on the page (display coordinates after autoscaling), so log and
+    symlog axes count as drawn. Only points with ``x > after`` are compared. Call after
+    drawing, before ``legend()``."""
+    ax.get_xlim(), ax.get_ylim()  # run the pending autoscale: the view is final
+    height = ax.bbox.height
+    seen = []
+    for artist, line in _labelled_curves(ax):
+        pts = dict(zip(np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float),
+                       strict=True))
+        for other, opts in seen:
+            xs = np.array(sorted(k for k in pts.keys() & opts.keys()
+                                 if k > after and np.isfinite(pts[k]) and np.isfinite(opts[k])))
+            if xs.size < 2:
+                continue
+            y, oy = np.array([pts[k] for k in xs]), np.array([opts[k] for k in xs])
+            if np.array_equal(y, oy):
+                artist.set_label(f"{artist.get_label()}, identical to {other}")
+                if artist is line:
+                    line.set_linestyle((0, (4, 3)))
+                break
+            py = ax.transData.transform(np.column_stack([xs, y]))[:, 1]
+            po = ax.transData.transform(np.column_stack([xs, oy]))[:, 1]
+            if np.max(np.abs(py - po)) < share * height:
+                artist.set_label(f"{artist.get_label()}, overlaps {other}")
+                break
+        seen.append((_curve_name(artist.get_label()), pts))
+
+
+def _curve_name(label: str) -> str:
+    """A legend label without its trailing details (seed count, fitted exponent, notes)."""
+    label = re.split(r", (?:identical to|overlaps) ", label)[0].split(": ")[0]
+    return re.sub(r" \(\d+ seeds?\)$", "", label)
 
 
 @contextmanager
@@ -231,7 +316,6 @@ def plot_training_curves(stages: pd.DataFrame, *, x: str = "stage", ax=None,
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(6, 4))
-    drawn: dict[str, np.ndarray] = {}
     for m in _methods_in(stages):
         d = stages[stages.method == m]
         curves = []
@@ -241,18 +325,11 @@ def plot_training_curves(stages: pd.DataFrame, *, x: str = "stage", ax=None,
             ys = np.concatenate([[g["J_before"].iloc[0]], g["J_after"].to_numpy(float)])
             curves.append((xs, ys))
         L = min(len(c[1]) for c in curves)
-        xs = curves[0][0][:L]
-        mean = np.mean([c[1][:L] for c in curves], axis=0)
-        same = [k for k, v in drawn.items() if v.shape == mean.shape and np.array_equal(v, mean)]
         nseed = len(curves)
-        label = (f"{method_label(m)} ({nseed} seed{'s' if nseed > 1 else ''})"
-                 + (f", identical to {same[0]}" if same else ""))
-        _mean_std(ax, xs, [c[1][:L] for c in curves], method_color(m), label)
-        if same:  # an identical curve would hide under the first one: draw it dashed on top
-            ax.lines[-1].set_linestyle((0, (4, 3)))
-        drawn[method_label(m)] = mean
-    ax.set_xlabel("stage" if x == "stage" else x.replace("_", " "))
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _mean_std(ax, curves[0][0][:L], [c[1][:L] for c in curves], method_color(m),
+                  f"{method_label(m)} ({nseed} seed{'s' if nseed > 1 else ''})")
+    note_overlaps(ax)
+    stage_axis(ax, "stage" if x == "stage" else x.replace("_", " "))
     ax.set_ylabel(ylabel)
     ax.legend(frameon=False)
     if title:
@@ -297,10 +374,10 @@ def plot_kl_distribution(steps: pd.DataFrame, delta: float | None = None, *, ax=
             ax.annotate(f"{100 * rate:.0f}% out", (k, 1.0), xycoords=("data", "axes fraction"),
                         ha="center", va="bottom", fontsize=9)
     if delta is not None:
-        ax.axhline(np.log10(delta), color="red", ls="--", lw=1.2, label=f"δ = {delta:g}")
+        ax.axhline(np.log10(delta), color="red", ls="--", lw=1.2, label=rf"$\delta$ = {delta:g}")
         ax.legend(frameon=False, loc="lower right")
     ax.set_xticks(range(len(methods)), [method_label(m) for m in methods], rotation=15)
-    ax.set_ylabel("log10 per-update KL (nats)")
+    ax.set_ylabel(r"$\log_{10}$ per-update KL (nats)")
     if title:
         ax.set_title(title, pad=16)
     return fig or ax.figure
@@ -318,28 +395,24 @@ def plot_certificate_tracking(stages: pd.DataFrame, *, ax=None, bound_cols=("low
         d = stages[stages.method == m]
         c = method_color(m)
         for k, col in enumerate(["true_improvement", *bound_cols]):
-            curves = [g.sort_values("stage")[col].cumsum().to_numpy(float) for _, g in d.groupby("seed")]
+            # x = stages completed: nothing is gained (or certified) after 0 stages
+            curves = [np.concatenate([[0.0], g.sort_values("stage")[col].cumsum().to_numpy(float)])
+                      for _, g in d.groupby("seed")]
             L = min(map(len, curves))
             lab = "measured J gain" if col == "true_improvement" else BOUND_LABELS.get(col, col)
             cc = c if k == 0 or len(_methods_in(stages)) > 1 else BOUND_COLORS.get(col, c)
-            _mean_std(ax, np.arange(1, L + 1), [x[:L] for x in curves], cc,
+            _mean_std(ax, np.arange(L), [x[:L] for x in curves], cc,
                       f"{method_label(m)}: {lab}" if len(_methods_in(stages)) > 1 else lab)
             if k:
                 ax.lines[-1].set_linestyle(styles[(k - 1) % len(styles)])
     ax.axhline(0, color="k", lw=0.6)
-    ax.set_xlabel("stage")
+    stage_axis(ax, "stages completed")
     ax.set_ylabel("cumulative improvement of J (return units)")
-    ax.set_yscale("symlog", linthresh=_linthresh(stages, ["true_improvement"]))
-    ax.legend(frameon=False, fontsize=8)
+    symlog_y(ax, stages["true_improvement"])
+    legend_outside(ax, fontsize=8)
     if title:
         ax.set_title(title, fontsize=10)
     return fig or ax.figure
-
-
-def _linthresh(df, cols) -> float:
-    v = np.abs(np.concatenate([df[c].to_numpy(float) for c in cols if c in df]))
-    v = v[np.isfinite(v) & (v > 0)]
-    return float(np.quantile(v, 0.5)) if v.size else 1.0
 
 
 def plot_certificate_vs_improvement(stages: pd.DataFrame, *, ax=None,
@@ -376,7 +449,8 @@ def plot_certificate_vs_improvement(stages: pd.DataFrame, *, ax=None,
 
 
 def plot_stale_gap(steps: pd.DataFrame, *, within: tuple[int, ...] = (2, 3), ax=None,
-                   value: str | None = None, ylabel: str = "|L̂_stale − L̂_inter|  (return units)",
+                   value: str | None = None,
+                   ylabel: str = r"$|L_i^{\mathrm{stale}} - L_i^{\mathrm{seq}}|$ (return units)",
                    title: str | None = None):
     """TeamTR Fig. 2: a per-step gap per stage for within-stage steps ``i`` in ``within``
     (1-based), per method; geometric mean ×/÷ geometric std over seeds (log axis). ``value``: the column to draw (default
@@ -396,10 +470,10 @@ def plot_stale_gap(steps: pd.DataFrame, *, within: tuple[int, ...] = (2, 3), ax=
                 continue
             piv = d.pivot_table(index="seed", columns="stage", values=value)
             _mean_std(ax, piv.columns.to_numpy(), piv.to_numpy(), method_color(m),
-                      f"{method_label(m)}, i={i}", geometric=True)
+                      f"{method_label(m)}, $i = {i}$", geometric=True)
             ax.lines[-1].set_linestyle(styles[k % len(styles)])
     ax.set_yscale("log")
-    ax.set_xlabel("stage")
+    stage_axis(ax)
     ax.set_ylabel(ylabel)
     ax.legend(frameon=False, fontsize=8)
     if title:
@@ -418,7 +492,8 @@ def plot_n_scaling(df: pd.DataFrame, fits: pd.DataFrame, metrics: list[str],
     """
     layouts = [x for x in layout_labels if x in set(df.layout)]
     layouts += [x for x in dict.fromkeys(df.layout) if x not in layouts]
-    fig, axes = plt.subplots(len(layouts), len(metrics), figsize=(4.3 * len(metrics), 3.6 * len(layouts)),
+    # legends go under their panel (a legend inside a log-log panel covered points)
+    fig, axes = plt.subplots(len(layouts), len(metrics), figsize=(4.3 * len(metrics), 4.9 * len(layouts)),
                              squeeze=False)
     for r, lay in enumerate(layouts):
         for c, met in enumerate(metrics):
@@ -432,12 +507,12 @@ def plot_n_scaling(df: pd.DataFrame, fits: pd.DataFrame, metrics: list[str],
                 lower = np.minimum(g["std"], 0.95 * g["mean"])
                 ax.errorbar(g.n, g["mean"], yerr=[lower, g["std"]], color=method_color(m), marker="o",
                             ms=4, lw=0, elinewidth=1, capsize=2,
-                            label=f"{method_label(m)}: α = {alpha:.2f}")
+                            label=rf"{method_label(m)}: $\alpha$ = {alpha:.2f}")
                 if len(f) and np.isfinite(alpha):
                     xs = np.linspace(g.n.min(), g.n.max(), 50)
                     ax.plot(xs, float(f.prefactor.iloc[0]) * xs ** alpha, color=method_color(m), lw=1.2)
-            for k, (name, shape) in enumerate((("n√δ", lambda n: n),
-                                               ("n(n+1)/2·√δ", lambda n: n * (n + 1) / 2))):
+            for k, (name, shape) in enumerate(((r"n\sqrt{\delta}", lambda n: n),
+                                               (r"n(n+1)\sqrt{\delta}/2", lambda n: n * (n + 1) / 2))):
                 g = d[d.method != "analytic"]
                 if g.empty:
                     continue
@@ -445,16 +520,18 @@ def plot_n_scaling(df: pd.DataFrame, fits: pd.DataFrame, metrics: list[str],
                 y0 = g[g.n == n0]["mean"].max()
                 xs = np.linspace(g.n.min(), g.n.max(), 50)
                 ax.plot(xs, y0 * shape(xs) / shape(n0), color="0.5", lw=1,
-                        ls=["--", ":"][k], label=f"∝ {name} (through n={n0:g})")
+                        ls=["--", ":"][k], label=rf"$\propto {name}$ (through $n$ = {n0:g})")
             ax.set_xscale("log")
             ax.set_yscale("log")
             ns = sorted(d.n.unique())
             ax.set_xticks(ns, [f"{x:g}" for x in ns])
             ax.minorticks_off()
-            ax.set_xlabel("team size n (agents)")
+            ax.set_xlabel(r"team size $n$ (agents)")
             ax.set_ylabel(metric_labels.get(met, met))
             ax.set_title(f"{layout_labels.get(lay, lay)}", fontsize=10)
-            ax.legend(frameon=False, fontsize=7.5)
+            note_overlaps(ax)
+            ax.legend(frameon=False, fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+                      ncol=1)
     fig.tight_layout()
     return fig
 
@@ -474,13 +551,14 @@ def plot_violation_rate(df: pd.DataFrame, fit: dict, *, ax=None):
         if f:
             xs = np.geomspace(g.delta.min(), g.delta.max(), 60)
             ax.plot(xs, f["c_sqrt"] * np.sqrt(xs), color=col, ls="--", lw=1.2,
-                    label=f"fit c·√δ, c = {f['c_sqrt']:.2f}")
+                    label=rf"fit $c\sqrt{{\delta}}$, $c$ = {f['c_sqrt']:.2f}")
             ax.plot(xs, f["prefactor"] * xs ** f["exponent"], color=col, ls=":", lw=1.2,
-                    label=f"fit C·δ^α, α = {f['exponent']:.2f}")
+                    label=rf"fit $C\delta^{{\alpha}}$, $\alpha$ = {f['exponent']:.2f}")
     ax.set_xscale("log")
-    ax.set_xlabel("trust-region radius δ (expected KL, nats)")
-    ax.set_ylabel("fraction of states with KL_s > δ")
-    ax.legend(frameon=False, fontsize=8)
+    note_overlaps(ax)
+    ax.set_xlabel(r"trust-region radius $\delta$ (expected KL, nats)")
+    ax.set_ylabel(r"fraction of states with $\mathrm{KL}_s > \delta$")
+    legend_outside(ax, fontsize=8)
     return fig or ax.figure
 
 
@@ -498,10 +576,10 @@ def plot_certificate_ladder(df: pd.DataFrame, *, ax=None):
                     capsize=2, lw=2.4 if q == "true_improvement" else 1.5, label=BOUND_LABELS[q])
     ax.axhline(0, color="k", lw=0.6)
     ax.set_xscale("log")
-    ax.set_yscale("symlog", linthresh=_linthresh(df[df.quantity == "true_improvement"], ["mean"]))
-    ax.set_xlabel("per-agent trust-region radius δ (nats)")
+    ax.set_xlabel(r"per-agent trust-region radius $\delta$ (nats)")
     ax.set_ylabel("stage improvement / lower bound (return units)")
-    ax.legend(frameon=False, fontsize=8)
+    symlog_y(ax, df.loc[df.quantity == "true_improvement", "mean"])
+    legend_outside(ax, fontsize=8)
     return fig or ax.figure
 
 
@@ -518,9 +596,10 @@ def plot_order_sensitivity(df: pd.DataFrame):
         sub = df if tg is None else df[df["targets"] == tg]
         for ax, col, lab in ((axes[r, 0], "lower_bound", "certified lower bound (Thm 3.6)"),
                              (axes[r, 1], "true_improvement", "true improvement")):
-            seen = set()
+            seen, spread = set(), 0.0
             for inst, g in sub.groupby("instance"):
                 base = g[g.order_kind == "fixed"][col].mean()
+                spread = max(spread, float(np.ptp(g[col].to_numpy(float))))
                 for k, kind in enumerate(kinds):
                     v = g[g.order_kind == kind][col].to_numpy(float) - base
                     if v.size == 0:
@@ -535,9 +614,13 @@ def plot_order_sensitivity(df: pd.DataFrame):
             ax.set_xticks(sorted(sub.instance.unique()))
             ax.set_ylabel(f"{lab}\n− fixed order's (return units)", fontsize=9)
             ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
+            if spread <= 1e-12 * max(1.0, float(sub[col].abs().max())):
+                # every order's points sit on the zero line: say why nothing else is visible
+                ax.text(0.5, 0.9, "identical for every order on every instance\n(the same final team)",
+                        transform=ax.transAxes, ha="center", va="top", fontsize=8)
             if tg is not None:
                 ax.set_title(tg, fontsize=10)
-        axes[r, 0].legend(frameon=False, fontsize=8, ncol=2)
+        legend_outside(axes[r, 1], fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -566,6 +649,7 @@ def plot_is_degeneracy(df: pd.DataFrame):
     for ax in axes:
         ax.set_xlabel("within-stage step i  (i−1 agents already updated)")
         ax.set_xticks(sorted(df.step.unique()))
+        note_overlaps(ax)
         ax.legend(frameon=False, fontsize=7.5)
     fig.tight_layout()
     return fig
@@ -577,14 +661,21 @@ def plot_plug_and_play(df: pd.DataFrame, swap_stage: int, *, ax=None, ylabel="te
     fig = None
     if ax is None:
         fig, ax = plt.subplots(figsize=(6, 4))
+    before = []
     for s in dict.fromkeys(df.strategy):
         piv = df[df.strategy == s].pivot_table(index="seed", columns="stage", values="J")
         piv = piv.dropna(axis=1)  # the extra after-swap point exists only for swapping strategies
         _mean_std(ax, piv.columns.to_numpy(), piv.to_numpy(), method_color(s), method_label(s))
+        before.append(piv.loc[:, piv.columns <= swap_stage].to_numpy())
+    if len(before) > 1 and all(np.array_equal(b, before[0]) for b in before):
+        # the curves lie on one another until the swap; say so instead of "overlaps" everywhere
+        ax.text(0.02, 0.98, f"all strategies identical up to the swap\n(the same runs until stage {swap_stage})",
+                transform=ax.transAxes, ha="left", va="top", fontsize=8)
+    note_overlaps(ax, after=swap_stage)
     ax.axvline(swap_stage, color="k", ls=":", lw=1, label=f"swap at stage {swap_stage}")
-    ax.set_xlabel("stage")
+    stage_axis(ax)
     ax.set_ylabel(ylabel)
-    ax.legend(frameon=False)
+    ax.legend(frameon=False, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     return fig or ax.figure
 
 
