@@ -452,19 +452,30 @@ def plot_swaps(swaps: dict, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from sat_theory.plotting import paper_style, save_figure
+    from sat_theory.plotting import (
+        method_color,
+        method_label,
+        note_overlaps,
+        paper_style,
+        save_figure,
+    )
 
     with paper_style():
         fig, ax = plt.subplots(figsize=(6, 3.8))
         for name, acc in sorted(swaps.items()):
-            x = [-0.5, 0, *range(1, len(acc) - 1)]
-            ax.plot(x, acc, marker="o", ms=3, label=name)
-        ax.axvline(-0.25, color="k", lw=0.8, ls=":")
-        ax.set_xticks([-0.5, *range(len(max(swaps.values(), key=len)) - 1)],
-                      ["before", *map(str, range(len(max(swaps.values(), key=len)) - 1))])
-        ax.set(xlabel="stages after the swap", ylabel="held-out accuracy (greedy)",
-               title="replacing agent 2 by a longer-trained single agent")
-        ax.legend(fontsize=8)
+            x = [-1, 0, *range(1, len(acc) - 1)]
+            method, _, seed = name.rpartition("_s")  # run names are <method>_s<seed>
+            strategy = SWAPS.get(method, name)
+            ax.plot(x, acc, marker="o", ms=3, color=method_color(strategy),
+                    label=f"{method_label(strategy)}, seed {seed}")
+        ax.axvline(-0.5, color="k", lw=0.8, ls=":", label="swap")
+        n = len(max(swaps.values(), key=len)) - 1
+        ax.set_xticks([-1, *range(n)], ["before", *map(str, range(n))])
+        ax.set_xlabel("stages after the swap")
+        ax.set_ylabel("held-out accuracy (greedy)")
+        ax.set_title("replacing agent 2 by a longer-trained single agent", fontsize=10)
+        note_overlaps(ax)
+        ax.legend(frameon=False, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2))
         fig.tight_layout()
         for p in save_figure(fig, out, "plug_and_play"):
             print(p)
@@ -489,20 +500,34 @@ def plot(curves: dict, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from sat_theory.plotting import paper_style, save_figure
+    from sat_theory.plotting import (
+        legend_outside,
+        method_color,
+        method_label,
+        note_overlaps,
+        paper_style,
+        save_figure,
+    )
 
-    colors = {m: f"C{i}" for i, m in enumerate([*METHODS, *PEERS])}
+    names = {"trl": "TRL GRPO (n = 1)", "comlrl": "CoMLRL MAGRPO", "single": "single agent (n = 1)",
+             "sat-token": "SAT, token-level ratio"}
+    styles = ["-", "--", ":", "-."]  # one line style per seed, one color per method
     with paper_style():
-        fig, ax = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+        fig, ax = plt.subplots(1, 2, figsize=(12, 3.8), sharey=True)
         for name, (method, tokens, secs, acc) in sorted(curves.items()):
-            style = dict(color=colors.get(method, "k"), marker="o", ms=3,
-                         ls="-" if name.endswith("_s0") else "--")
-            ax[0].plot([t / 1000 for t in tokens], acc, label=name, **style)
-            ax[1].plot([s / 60 for s in secs], acc, label=name, **style)
-        ax[0].set(xlabel="generated training tokens (thousands)", ylabel="held-out accuracy (greedy)",
-                  title="accuracy vs tokens")
-        ax[1].set(xlabel="training wall time (minutes, 1 thread; evaluation excluded)", title="accuracy vs wall time")
-        ax[1].legend(fontsize=7, ncol=2, loc="lower right")
+            seed = name.rsplit("_s", 1)[-1]
+            style = dict(color=method_color(method), marker="o", ms=3,
+                         ls=styles[int(seed) % len(styles)] if seed.isdigit() else "-")
+            label = f"{names.get(method, method_label(method))}, seed {seed}"
+            ax[0].plot([t / 1000 for t in tokens], acc, label=label, **style)
+            ax[1].plot([s / 60 for s in secs], acc, label=label, **style)
+        ax[0].set_xlabel("generated training tokens (thousands)")
+        ax[0].set_ylabel("held-out accuracy (greedy)")
+        ax[0].set_title("accuracy vs tokens", fontsize=10)
+        ax[1].set_xlabel("training wall time (minutes, 1 thread; evaluation excluded)")
+        ax[1].set_title("accuracy vs wall time", fontsize=10)
+        note_overlaps(ax[0])
+        legend_outside(ax[1], fontsize=8)
         fig.tight_layout()
         for p in save_figure(fig, out, "learning"):
             print(p)
