@@ -50,34 +50,44 @@ class Config:
 
 
 def plot(run_dir: Path, out: Path) -> list[Path]:
+    """Draw ``training_curve.png/.pdf`` from the run's ``metrics.jsonl`` alone (so it redraws
+    without training: ``python -c "from experiments.llm_arithmetic import plot;
+    plot(Path('figures/llm_arithmetic/run'), Path('figures/llm_arithmetic'))"``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    from sat_theory.plotting import paper_style, read_metrics, save_figure
+    from sat_theory.plotting import method_color, paper_style, read_metrics, save_figure
 
     steps, stages = read_metrics(run_dir)
-    paper_style()
-    fig, ax = plt.subplots(1, 3, figsize=(12, 3.4))
     x = range(1, len(steps) + 1)
-    ax[0].plot(x, steps["reward_mean"], "o-", label="train reward (batch mean)")
-    acc_x = [0] + [len(steps[steps["stage"] <= s]) for s in stages["stage"]]
-    acc_y = [stages["J_before"].iloc[0]] + list(stages["J_after"])
-    ax[0].plot(acc_x, acc_y, "s--", label="held-out accuracy")
-    ax[0].set(xlabel="agent update", ylabel="score", title="training curve")
-    ax[0].legend(fontsize=8)
-    ax[1].plot(x, steps["kl"], "o-", label="exact token KL")
-    ax[1].plot(x, steps["kl_sampled"], "x--", label="sampled (eq. 18)")
-    ax[1].axhline(float(steps["delta_i"].iloc[0]), color="k", lw=0.8, ls=":", label="δ")
-    ax[1].set(xlabel="agent update", ylabel="KL per message", title="trust region")
-    ax[1].legend(fontsize=8)
-    ax[2].plot(x, steps["surrogate"], "o-", label="surrogate L̂")
-    ax[2].plot(x, steps["beta"], "x--", label="β")
-    ax[2].set(xlabel="agent update", title="surrogate and β")
-    ax[2].legend(fontsize=8)
-    fig.tight_layout()
-    return save_figure(fig, out, "training_curve")
+    with paper_style():
+        fig, ax = plt.subplots(1, 3, figsize=(13, 3.6))
+        ax[0].plot(x, steps["reward_mean"], "o-", color=method_color("sat"), label="train reward (batch mean)")
+        acc_x = [0] + [len(steps[steps["stage"] <= s]) for s in stages["stage"]]
+        acc_y = [stages["J_before"].iloc[0]] + list(stages["J_after"])
+        ax[0].plot(acc_x, acc_y, "s--", color="k", label="held-out accuracy (greedy)")
+        ax[0].set_ylabel("score")
+        ax[0].set_title("training curve", fontsize=10)
+        ax[1].plot(x, steps["kl"], "o-", color=method_color("sat"), label="exact token KL")
+        ax[1].plot(x, steps["kl_sampled"], "x--", color=method_color("naive"), label="sampled KL (eq. 18)")
+        ax[1].axhline(float(steps["delta_i"].iloc[0]), color="k", lw=0.8, ls=":",
+                      label=rf"radius $\delta$ = {float(steps['delta_i'].iloc[0]):g}")
+        ax[1].axhline(0, color="k", lw=0.6)
+        ax[1].set_ylabel("KL per message (nats)")
+        ax[1].set_title("trust region (sampled KL: few tokens, can be < 0)", fontsize=10)
+        ax[2].plot(x, steps["surrogate"], "o-", color=method_color("sat"), label=r"surrogate $\hat L$")
+        ax[2].plot(x, steps["beta"], "x--", color=method_color("happo"), label=r"KL penalty $\beta$")
+        ax[2].set_title(r"surrogate $\hat L$ and $\beta$", fontsize=10)
+        for a in ax:
+            a.set_xlabel("agent update")
+            a.xaxis.set_major_locator(MaxNLocator(integer=True))
+            a.set_xlim(left=0)
+            a.legend(frameon=False, fontsize=8)
+        fig.tight_layout()
+        return save_figure(fig, out, "training_curve")
 
 
 def main(argv=None) -> int:
