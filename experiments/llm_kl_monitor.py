@@ -100,7 +100,7 @@ def gap_note(df) -> str:
     ratio_hi = max(sd["sampled_in"] / sd["exact_in"], sd["sampled_fresh"] / sd["exact_fresh"])
     diff = float(df["sampled_in"].mean() - df["sampled_fresh"].mean())
     z = diff / float(np.hypot(se["sampled_in"], se["sampled_fresh"]))
-    return ("Why sampled and exact differ: the sampled monitor averages "
+    return ("The sampled monitor averages "
             r"$\log(\pi_{\mathrm{cur}}/\pi_{\mathrm{new}})$ over the "
             "few drawn tokens, the exact one sums the full-vocabulary KL at the same positions. "
             f"Over {len(df)} trials its spread is {ratio:.0f}–{ratio_hi:.0f}× the exact one's, and it "
@@ -143,7 +143,7 @@ def plot(out) -> list[Path]:
         ax.set_title(f"TeamTR's sampled KL monitor vs the exact token KL ({len(df)} trials, tiny-random team)",
                      fontsize=10)
         ax.legend(frameon=False, fontsize=8, loc="upper left")
-        fig.text(0.01, -0.02, "\n".join(textwrap.wrap(gap_note(df), 118)), ha="left", va="top", fontsize=8)
+        fig.text(0.01, -0.02, "\n".join(textwrap.wrap("Why sampled and exact differ: " + gap_note(df), 118)), ha="left", va="top", fontsize=8)
         return save_figure(fig, out, "kl_monitor")
 
 

@@ -446,6 +446,35 @@ def section_kl(out: Path) -> str:
     return "\n".join(s) + "\n"
 
 
+def section_llm_kl_monitor(out: Path) -> str:
+    """TeamTR's sampled KL monitor (eq. 18) against the exact token KL on LLM updates, read
+    from ``llm_kl_monitor/kl_monitor.csv`` (``python experiments/llm_kl_monitor.py``)."""
+    from experiments.llm_kl_monitor import ESTIMATES, gap_note
+
+    title = "Sampled vs exact KL monitor on LLM updates (TeamTR eq. 18)"
+    path = out / "llm_kl_monitor" / "kl_monitor.csv"
+    if not path.exists():
+        return (f"## {title}\n\nNot generated: `{path}` is missing; run "
+                "`python experiments/llm_kl_monitor.py --out {out}/llm_kl_monitor`.\n")
+    df = pd.read_csv(path)
+    t = pd.DataFrame([dict(estimate=f"{kind}, {batch}", mean=float(df[c].mean()),
+                           se=float(df[c].std(ddof=1) / np.sqrt(len(df))), std=float(df[c].std(ddof=1)),
+                           negative=float(np.mean(df[c] < 0)))
+                      for c, (kind, batch) in ESTIMATES.items()])
+    s = [f"## {title}\n",
+         "![sampled vs exact KL](llm_kl_monitor/kl_monitor.png)  \n"
+         "Data: [`llm_kl_monitor/kl_monitor.csv`](llm_kl_monitor/kl_monitor.csv); regenerate with "
+         "`python experiments/llm_kl_monitor.py` (tiny-random team, CPU).\n",
+         "**What it tests.** TeamTR monitors its trust region with the sampled token KL on the "
+         "update's own rollout batch (App. G). Each trial takes one real agent update and measures "
+         "the sampled and the exact (full-vocabulary) token KL on that batch and on a fresh batch "
+         "from the pre-update policy.\n",
+         f"**Ours** ({len(df)} trials; per-message KL in nats; negative = fraction of trials below 0):\n",
+         md_table(t, "{:.4g}"), "",
+         "**Why the two differ.** " + gap_note(df)]
+    return "\n".join(s) + "\n"
+
+
 def section_tracking(out: Path) -> str:
     title = "Cumulative certificate vs measured improvement (TeamTR Fig. 4b)"
     df = _read(out, "fig_certificate_tracking")
@@ -821,7 +850,8 @@ def section_llm_learning(out: Path) -> str:
     return "\n".join(s) + "\n"
 
 
-SECTIONS = [section_stale_gap, section_n_scaling, section_training, section_kl, section_tracking,
+SECTIONS = [section_stale_gap, section_n_scaling, section_training, section_kl, section_llm_kl_monitor,
+            section_tracking,
             section_cert_vs, section_violation, section_pnp,
             section_order, section_ladder, section_is, section_ablations, section_llm_learning]
 
