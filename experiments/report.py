@@ -455,7 +455,7 @@ def section_llm_kl_monitor(out: Path) -> str:
     path = out / "llm_kl_monitor" / "kl_monitor.csv"
     if not path.exists():
         return (f"## {title}\n\nNot generated: `{path}` is missing; run "
-                "`python experiments/llm_kl_monitor.py --out {out}/llm_kl_monitor`.\n")
+                f"`python experiments/llm_kl_monitor.py --out {out}/llm_kl_monitor`.\n")
     df = pd.read_csv(path)
     t = pd.DataFrame([dict(estimate=f"{kind}, {batch}", mean=float(df[c].mean()),
                            se=float(df[c].std(ddof=1) / np.sqrt(len(df))), std=float(df[c].std(ddof=1)),

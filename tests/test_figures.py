@@ -188,3 +188,89 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert cli.main(["plot", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("sat ") for line in err)
+
+
+# ------------------------------------------------------------------ readable figures (issue 14 item 7)
+def _axes():
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    return fig, ax
+
+
+def test_symlog_band_is_a_power_of_ten_and_no_tick_sits_inside_it():
+    from sat_theory.plotting import symlog_y
+
+    fig, ax = _axes()
+    y = np.array([0.03, 0.25, 0.8, -40.0, -700.0])
+    ax.plot(np.arange(y.size), y)
+    t = symlog_y(ax, [0.03, 0.25, 0.8])
+    assert t == 0.1  # 10^floor(log10(median 0.25))
+    ticks = [v for v in ax.get_yticks() if ax.get_ylim()[0] <= v <= ax.get_ylim()[1]]
+    assert 0.0 in ticks
+    # every other tick is a decade at or beyond the band: none next to 0 inside the linear part
+    assert all(v == 0 or (abs(v) >= t and math.log10(abs(v)).is_integer()) for v in ticks), ticks
+    assert "linear for |y| < 0.1" in ax.get_ylabel()
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_note_overlaps_names_identical_and_overlapping_curves_only():
+    import matplotlib.pyplot as plt
+
+    from sat_theory.plotting import note_overlaps
+
+    fig, ax = _axes()
+    x = np.arange(10.0)
+    ax.plot(x, x, label="a (3 seeds)")
+    ax.plot(x, x.copy(), label="b (3 seeds)")            # equal data
+    ax.plot(x, x + 0.05, label="c")                      # 0.05 of a 10-high axis: on top of a
+    ax.plot(x, x + 3.0, label="d")                       # clearly apart
+    ax.plot(x[:5], x[:5] + 0.01, label="_unlabelled")   # ignored
+    note_overlaps(ax)
+    labels = [ln.get_label() for ln in ax.lines]
+    assert labels[1] == "b (3 seeds), identical to a" and ax.lines[1].get_linestyle() != "-"
+    assert labels[2] == "c, overlaps a"
+    assert labels[3] == "d"
+    # only x > after is compared: curves equal before it and apart after it are not noted
+    fig2, ax2 = _axes()
+    ax2.plot(x, np.where(x > 4, 0.0, x), label="p")
+    ax2.plot(x, np.where(x > 4, 9.0, x), label="q")
+    note_overlaps(ax2, after=4)
+    assert [ln.get_label() for ln in ax2.lines] == ["p", "q"]
+    plt.close(fig)
+    plt.close(fig2)
+
+
+def test_study_figures_redraw_from_their_csv(tmp_path):
+    from experiments import fig_certificate_ladder
+
+    fig_certificate_ladder.run(common.Options(out=tmp_path, quick=True, seeds=1))
+    csv = (tmp_path / "fig_certificate_ladder.csv").read_bytes()
+    (tmp_path / "fig_certificate_ladder.png").unlink()
+    paths = fig_certificate_ladder.plot(tmp_path)
+    assert [p.name for p in paths] == ["fig_certificate_ladder.png", "fig_certificate_ladder.pdf"]
+    assert (tmp_path / "fig_certificate_ladder.png").stat().st_size > 0
+    assert (tmp_path / "fig_certificate_ladder.csv").read_bytes() == csv  # plotting writes no data
+
+
+def test_kl_monitor_note_and_report_are_computed_from_the_csv(tmp_path):
+    from experiments.llm_kl_monitor import gap_note, plot
+
+    rng = np.random.default_rng(0)
+    exact = 0.002 + 0.0001 * rng.standard_normal(12)
+    df = pd.DataFrame(dict(seed=range(12), exact_in=exact, exact_fresh=exact[::-1],
+                           sampled_in=exact + 0.01 * rng.standard_normal(12),
+                           sampled_fresh=exact + 0.01 * rng.standard_normal(12)))
+    folder = tmp_path / "llm_kl_monitor"
+    folder.mkdir()
+    df.to_csv(folder / "kl_monitor.csv", index=False)
+    note = gap_note(df)
+    lo = min(df.sampled_in.std() / df.exact_in.std(), df.sampled_fresh.std() / df.exact_fresh.std())
+    assert f"its spread is {lo:.0f}–" in note
+    assert f"{100 * float((df.sampled_in < 0).mean()):.0f}% of the in-sample trials" in note
+    assert plot(folder)[0].stat().st_size > 0
+    text = report.section_llm_kl_monitor(tmp_path)
+    assert note in text and "12 trials" in text
+    assert "Not generated" in report.section_llm_kl_monitor(tmp_path / "nowhere")
