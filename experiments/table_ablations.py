@@ -98,6 +98,11 @@ def run(opts: Options) -> list[Path]:
     return [write_csv(pd.DataFrame(out), opts.out, NAME)]
 
 
+def plot(out: Path | str) -> list[Path]:
+    """A table only (``table_ablations.csv``): nothing to draw."""
+    return []
+
+
 def main(argv=None) -> int:
     return run_study(run, __doc__, argv)
 

@@ -274,3 +274,19 @@ def test_kl_monitor_note_and_report_are_computed_from_the_csv(tmp_path):
     text = report.section_llm_kl_monitor(tmp_path)
     assert note in text and "12 trials" in text
     assert "Not generated" in report.section_llm_kl_monitor(tmp_path / "nowhere")
+
+
+def test_sat_figures_plot_only_redraws_from_the_csvs(tmp_path, capsys):
+    out = tmp_path / "f"
+    args = ["figures", "--quick", "--only", "fig_certificate_ladder,table_ablations", "--seeds", "1",
+            "--out", str(out), "--no-report", "--plot-only"]
+    assert cli.main(args) == 2  # nothing computed yet: one line naming the missing CSV
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fig_certificate_ladder.csv is missing" in err[0]
+    assert cli.main(["figures", "--quick", "--only", "fig_certificate_ladder", "--seeds", "1",
+                     "--out", str(out), "--no-report"]) == 0
+    timings = (out / "timings.json").read_bytes()
+    (out / "fig_certificate_ladder.png").unlink()
+    assert cli.main(args[:3] + ["fig_certificate_ladder"] + args[4:]) == 0
+    assert (out / "fig_certificate_ladder.png").stat().st_size > 0
+    assert (out / "timings.json").read_bytes() == timings  # plotting is not a study's run time

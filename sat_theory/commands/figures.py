@@ -54,6 +54,9 @@ def add_arguments(p):
                    help="delete OUT/runs first: training runs are cached there by their "
                         "settings, not by the code version, so retrain after changing the algorithm")
     p.add_argument("--no-report", action="store_true", help="do not (re)write REPORT.md")
+    p.add_argument("--plot-only", action="store_true",
+                   help="redraw the figures from the CSVs already in OUT (each study's plot()): "
+                        "nothing is computed or trained and timings.json is left as it is")
     add_executor_arguments(p)
 
 
@@ -109,10 +112,25 @@ def _timings_problem(t) -> str | None:
     return None
 
 
+def plot_only(names: list[str], out: Path, report: bool) -> int:
+    """``--plot-only``: every study's ``plot(out)`` on the CSVs already in ``out``."""
+    for name in names:
+        try:
+            paths = import_study(name).plot(out)
+        except FileNotFoundError as e:
+            raise InputError(f"--plot-only: {name}: {e.filename} is missing; run the study first") from None
+        print(f"[{name}] " + (", ".join(p.name for p in paths) or "a table: nothing to draw"), flush=True)
+    if report:
+        print(f"wrote {import_study('report').write_report(out)}")
+    return 0
+
+
 def run(args) -> int:
     if args.seeds is not None and args.seeds < 1:
         raise InputError(f"--seeds must be >= 1, got {args.seeds}")
     names = pick_names(args.only, STUDIES, "study")
+    if args.plot_only:
+        return plot_only(names, Path(args.out), not args.no_report)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.retrain and (out / "runs").is_dir():
