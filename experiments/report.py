@@ -787,21 +787,21 @@ def section_llm_learning(out: Path) -> str:
                      "problems: same seed; a − b with its paired-bootstrap 95% CI; "
                      "`llm_team_learning/comparisons.csv`):\n")
             s.append((folder / "comparisons.md").read_text())
-            for _, r in c.iterrows():
-                verdict = ("no significant difference" if r.diff_ci_lo <= 0 <= r.diff_ci_hi
-                           else f"{r.a} {'ahead' if r.diff > 0 else 'behind'}")
-                if {r.a.split("_s")[0], r.b.split("_s")[0]} == {"single", "trl"}:
+            for r in c.to_dict("records"):
+                verdict = ("no significant difference" if r['diff_ci_lo'] <= 0 <= r['diff_ci_hi']
+                           else f"{r['a']} {'ahead' if r['diff'] > 0 else 'behind'}")
+                if {r['a'].split("_s")[0], r['b'].split("_s")[0]} == {"single", "trl"}:
                     s.append(f"Ours at n = 1 against TRL's GRPOTrainer (the same GRPO update, "
-                             f"tests/test_trl_oracle.py): {100 * r.diff:+.1f} points "
-                             f"[{100 * r.diff_ci_lo:+.1f}, {100 * r.diff_ci_hi:+.1f}], {verdict}, "
-                             f"with {r.tokens_a / 1000:.1f}k vs {r.tokens_b / 1000:.1f}k tokens and "
-                             f"{r.train_minutes_a:.1f} vs {r.train_minutes_b:.1f} min of training.")
-                if r.a.startswith("single") and r.b.startswith("sat"):
+                             f"tests/test_trl_oracle.py): {100 * r['diff']:+.1f} points "
+                             f"[{100 * r['diff_ci_lo']:+.1f}, {100 * r['diff_ci_hi']:+.1f}], {verdict}, "
+                             f"with {r['tokens_a'] / 1000:.1f}k vs {r['tokens_b'] / 1000:.1f}k tokens and "
+                             f"{r['train_minutes_a']:.1f} vs {r['train_minutes_b']:.1f} min of training.")
+                if r['a'].startswith("single") and r['b'].startswith("sat"):
                     s.append(f"One agent trained alone (4× the updates at the same tokens) ends "
-                             f"{100 * r.diff:+.1f} points [{100 * r.diff_ci_lo:+.1f}, "
-                             f"{100 * r.diff_ci_hi:+.1f}] against the SAT team of seed {r.seed}"
+                             f"{100 * r['diff']:+.1f} points [{100 * r['diff_ci_lo']:+.1f}, "
+                             f"{100 * r['diff_ci_hi']:+.1f}] against the SAT team of seed {r['seed']}"
                              + (": at this budget and task the second agent does not pay for "
-                                "itself." if r.diff_ci_lo > 0 else f" ({verdict})."))
+                                "itself." if r['diff_ci_lo'] > 0 else f" ({verdict})."))
         if "naive" in mean and "sat" in mean and mean["naive"] > mean["sat"]:
             s.append("Here the stale-batch baseline learns *more* per generated token than SAT, "
                      "against TeamTR Fig. 3 / Table 9. At an equal token budget naive makes two "
