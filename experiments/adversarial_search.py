@@ -28,7 +28,9 @@ Objectives (``u ≤ 1`` is the proven statement; see docs/theory.md for each):
   under ``d^{π̂^0}``; > 1 shows that the radius must be measured under ``d^{π̂^{i−1}}``.
 
 Writes ``experiments/counterexamples/adversarial_search.json`` (share per objective, γ,
-layout and n). Each run of the default grid stays within a few minutes of one core.
+layout and n, with the search settings that found it). A saved case is replaced only by a
+case with a larger share (a shorter search never loses a better case). Each run of the
+default grid stays within a few minutes of one core.
 
 Run: ``python experiments/adversarial_search.py [--only stage,stale] [--restarts 2]``.
 """
@@ -223,7 +225,10 @@ def main(argv=None) -> int:
         ap.error(f"unknown objective(s) {', '.join(unknown)}; known: {', '.join(SETTINGS)}")
     try:
         with open(RESULTS) as fh:
-            rows = json.load(fh)["results"]
+            saved = json.load(fh)
+        # rows written before the settings were stored per row carry the file's header
+        header = {k: saved[k] for k in ("seed", "restarts", "maxfev") if k in saved}
+        rows = [{**header, **r} for r in saved["results"]]
     except (OSError, ValueError, KeyError):
         rows = []
     for obj in objectives:
@@ -233,24 +238,38 @@ def main(argv=None) -> int:
             for layout, S, n in SETTINGS[obj]:
                 u, x = search(obj, layout, S, n, g, restarts=args.restarts, seed=args.seed,
                               maxfev=args.maxfev)
-                rows.append(dict(objective=obj, gamma=g, layout=layout, S=S, n=n, share=u))
+                rows.append(dict(objective=obj, gamma=g, layout=layout, S=S, n=n, share=u,
+                                 seed=args.seed, restarts=args.restarts, maxfev=args.maxfev))
                 if x is not None and (best is None or u > best[0]):
                     best = (u, build(x, layout, S, n, g))
-            if best is not None:
+            kept = saved_share(obj, g)
+            if best is not None and best[0] > kept:
                 mdp, cur, tar = best[1]
                 save_case(adversarial_path(obj, g), Case(mdp, cur, tar, "optimized", None, ""))
             print(f"{obj:24s} γ={g:<5g} best share {best[0] if best else float('nan'):.4f} "
-                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
-            _write(rows, args)
+                  f"({time.perf_counter() - t0:.0f} s)"
+                  + (f"; kept the saved case (share {kept:.4f})" if best and best[0] <= kept else ""),
+                  flush=True)
+            _write(rows)
     return 0
 
 
-def _write(rows, args) -> None:
+def saved_share(objective: str, gamma: float) -> float:
+    """The share of the case saved for ``(objective, γ)`` (``−inf`` when there is none)."""
+    from sat_theory.verify.saved import load_case
+
+    path = adversarial_path(objective, gamma)
+    if not os.path.exists(path):
+        return -np.inf
+    c = load_case(path, "")
+    return share(objective, c.mdp, c.current, c.target)
+
+
+def _write(rows) -> None:
     from sat_theory.metrics import write_json_atomic
 
     rows = sorted(rows, key=lambda r: (r["objective"], r["gamma"], r["layout"], r["n"], r["S"]))
-    write_json_atomic(RESULTS, dict(seed=args.seed, restarts=args.restarts, maxfev=args.maxfev,
-                                    results=rows))
+    write_json_atomic(RESULTS, dict(results=rows))
 
 
 if __name__ == "__main__":
