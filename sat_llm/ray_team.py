@@ -24,7 +24,12 @@ hands it to each sampling call and takes the advanced state back, so the sequenc
 is the in-process one; with the same thread count the CPU kernels give the same bits (the
 tests check equality of every logged metric). Sampling is therefore sequential over the
 agents of one turn (round-robin routing has one speaker per turn anyway); greedy
-evaluation, which draws nothing, runs the agents of a turn in parallel.
+evaluation, which draws nothing, runs the agents of a turn in parallel. The running
+statistics of the behaviour log-prob check (``logp_diff_mean``/``logp_diff_max`` of a step
+record) travel the same way, so they are summed in the in-process order; the rollout's
+``peak_memory_bytes`` is the largest peak of the agent processes during its generation calls
+(each actor measures its own process or GPU, as ``LLMTeam`` measures its one process). The
+team's ``cfg`` records the device kind and the dtype the actors resolved.
 
 **Fault tolerance.** Every actor writes ``checkpoint_dir/agent{j}/checkpoint.pt``
 (atomically, :func:`sat_llm.checkpoint.save_checkpoint`) after every call that changes its
@@ -243,19 +248,31 @@ class AgentWorker:
     def info(self) -> dict:
         return dict(pid=os.getpid(), k=self.k, base=self.base_public,
                     reconstructed=self.reconstructed, loaded_checkpoint=self.loaded_checkpoint,
-                    init_torch_rng=self.init_torch_rng, version=self.team._version[self.k])
+                    init_torch_rng=self.init_torch_rng, version=self.team._version[self.k],
+                    dtype=self.team.cfg.dtype)
 
-    def generate(self, items, last: bool, greedy: bool, rng_state, chunk: int):
+    def generate(self, items, last: bool, greedy: bool, rng_state, chunk: int, checks=None):
         """:meth:`sat_llm.team.LLMTeam._messages` of this agent for ``items = [(prompt,
         history), ...]``, plus the sampling RNG state after the draws (``None`` when none was
-        given): the proxy's RNG stream travels with the call."""
+        given): the proxy's RNG stream travels with the call. ``checks``: the rollout's
+        running behaviour log-prob check ``(Σ|Δ|, tokens, max|Δ|, rescored)`` so far (a
+        sampled turn); the call continues it as ``LLMTeam`` does across its speakers and also
+        returns it, with the inner team's ``_rollout_extra`` (the check's summary and this
+        call's peak memory); ``None`` for both without ``checks``."""
         import torch
 
+        t = self.team
         if rng_state is not None:
             torch.set_rng_state(rng_state)
-        out = self.team._messages(self.k, items, last, greedy, chunk, protocol=self.protocol,
-                                  speaker=self.agent)
-        return (*out, torch.get_rng_state() if rng_state is not None else None)
+        if checks is not None:
+            t._begin_rollout()  # the peak-memory window of this call
+            t._logp_stats, t._rescored = list(checks[:3]), int(checks[3])
+        out = t._messages(self.k, items, last, greedy, chunk, protocol=self.protocol,
+                          speaker=self.agent)
+        rng_after = torch.get_rng_state() if rng_state is not None else None
+        if checks is None:
+            return (*out, rng_after, None, None)
+        return (*out, rng_after, (*t._logp_stats, t._rescored), t._rollout_extra())
 
     def update(self, key, batch, advantages, beta, reference, step_scale, correction,
                new_version, call_id=None):
@@ -333,6 +350,7 @@ class RayTeam(EpisodeLoop):
         self.last_update: dict[int, dict] = {}
         self.last_batch: Batch | None = None
         self.last_eval: list = []
+        self._begin_rollout()
         self._ray = ray = _ray(self.opts.ray_address)
         self.checkpoint_dir = self.opts.checkpoint_dir or tempfile.mkdtemp(prefix="sat_ray_team_")
         o = self.opts
@@ -345,6 +363,9 @@ class RayTeam(EpisodeLoop):
         infos = self.info()
         self._k = [i["k"] for i in infos]  # each agent's index inside its actor's LLMTeam
         self._torch_rng = infos[0]["init_torch_rng"]
+        # 'auto' becomes what it meant, as in LLMTeam; every actor resolves the same dtype
+        # (one configured dtype, one device kind)
+        cfg.dtype = infos[0]["dtype"]
 
     # ---------------------------------------------------------------- plumbing
     def _check_resources(self, have: dict) -> None:
@@ -404,13 +425,23 @@ class RayTeam(EpisodeLoop):
             return {j: self._get(r)[:4] for j, r in refs.items()}
         results = {}
         for j in sorted(items):
-            res = self._get(self.actors[j].generate.remote(items[j], last, False,
-                                                           self._torch_rng, len(items[j])))
-            results[j], self._torch_rng = res[:4], res[4]
+            res = self._get(self.actors[j].generate.remote(items[j], last, False, self._torch_rng,
+                                                           len(items[j]), self._checks))
+            results[j], self._torch_rng, self._checks, extra = res[:4], res[4], res[5], res[6]
+            # the latest summary covers every call so far (the statistics travel); memory:
+            # the largest peak of any call
+            peak = max(self._check_extra.get("peak_memory_bytes", 0), extra["peak_memory_bytes"])
+            self._check_extra = dict(extra, peak_memory_bytes=peak)
         return results
 
+    def _begin_rollout(self) -> None:
+        """The behaviour log-prob check starts afresh (``LLMTeam._begin_rollout``)."""
+        self._checks = (0.0, 0, 0.0, 0)  # Σ|Δ|, tokens, max|Δ|, rescored
+        self._check_extra: dict = {}
+
     def _rollout_extra(self) -> dict:
-        return dict(ray_key=uuid.uuid4().hex)  # names the batch on the actors
+        # ray_key names the batch on the actors; logp_check and peak_memory_bytes as LLMTeam's
+        return dict(ray_key=uuid.uuid4().hex, **self._check_extra)
 
     # ---------------------------------------------------------------- parameters
     def snapshot(self, agent: int):

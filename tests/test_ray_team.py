@@ -2,7 +2,10 @@
 cluster that this module starts and stops itself (tiny random model, CPU).
 
 - the same seed gives the same metrics, record by record, bit for bit (one torch thread in
-  both worlds; the sampling RNG state travels with each generation call);
+  both worlds; the sampling RNG state travels with each generation call), the behaviour
+  log-prob check's statistics included (they travel with the calls too); only the peak
+  memory, a measurement of each process, differs;
+- the team records the dtype its actors resolved, as ``LLMTeam`` does;
 - an agent actor killed in the middle of a stage is restarted by Ray, reloads its last
   checkpoint, and the run's metrics are again exactly the in-process ones (nothing lost).
 """
@@ -53,8 +56,11 @@ class LowercaseTask(Task):
 
 
 def llm_cfg(**kw):
+    # the CPU in both worlds (actors without --agent-gpus run there; on a GPU machine 'auto'
+    # would put the in-process team on CUDA in bfloat16)
     base = dict(model="tiny-random", task=f"{__name__}:LowercaseTask", agents=2,
-                max_new_tokens=4, n_train=16, n_eval=2, minibatch=8, lr=1e-2, seed=0, threads=1)
+                max_new_tokens=4, n_train=16, n_eval=2, minibatch=8, lr=1e-2, seed=0, threads=1,
+                device="cpu")
     base.update(kw)
     return LLMConfig(**base)
 
@@ -64,14 +70,17 @@ ALG = dict(method="sat", stages=2, n_groups=2, group_size=2, delta=0.002, seed=0
 
 
 def _records(path):
+    """The run's records without the machine measurements (wall time, peak memory); every
+    step record did measure its peak memory and ran the behaviour log-prob check (so the
+    comparison of ``logp_diff_*`` is not one of two Nones)."""
     out = []
     for line in open(path):
         r = json.loads(line)
-        r.pop("seconds", None)  # wall time
-        # process-local diagnostics: memory, and the rollout log-prob check's statistics,
-        # which run inside each actor (a mismatch raises there) but are not forwarded yet
-        for k in ("peak_memory_bytes", "logp_diff_mean", "logp_diff_max"):
-            r.pop(k, None)
+        r.pop("seconds", None)
+        peak = r.pop("peak_memory_bytes", None)
+        if r["kind"] == "step":
+            assert isinstance(peak, int) and peak > 0, r
+            assert r["logp_diff_max"] >= r["logp_diff_mean"] >= 0, r
         out.append(r)
     return out
 
@@ -126,12 +135,15 @@ SWAP = dict(swap_stage=1, swap_agent=1, swap_kind="random", swap_strategy="stage
 
 
 def test_ray_team_equals_in_process(cluster, tmp_path):
-    ref = _run(LLMTeam(llm_cfg(**HETERO)), tmp_path / "inproc", **SWAP)
+    inproc = LLMTeam(llm_cfg(**HETERO))
+    ref = _run(inproc, tmp_path / "inproc", **SWAP)
     swap = [r for r in ref if r["kind"] == "swap"]
     assert len(swap) == 1 and swap[0]["align_steps"] > 0
-    team = RayTeam(llm_cfg(**HETERO), RayOptions(agent_cpus=0.5,
-                                                 checkpoint_dir=str(tmp_path / "agents")))
+    cfg = llm_cfg(**HETERO, dtype="auto")
+    team = RayTeam(cfg, RayOptions(agent_cpus=0.5, checkpoint_dir=str(tmp_path / "agents")))
     try:
+        # 'auto' resolved by the actors and recorded, as in process
+        assert (cfg.device, cfg.dtype) == (inproc.cfg.device, inproc.cfg.dtype) == ("cpu", "float32")
         got = _run(team, tmp_path / "ray", **SWAP)
         info = team.info()
     finally:
@@ -256,7 +268,7 @@ def test_sat_train_executor_ray_and_resume(cluster, tmp_path, capsys):
     """``sat train --backend llm --executor ray`` equals the serial run, and ``--resume``
     rebuilds the Ray team from config.json: a one-stage run extended to two stages and
     resumed gives the two-stage serial run's records."""
-    args = ["train", "--backend", "llm", "--model", "tiny-random", "--task",
+    args = ["train", "--backend", "llm", "--device", "cpu", "--model", "tiny-random", "--task",
             f"{__name__}:LowercaseTask", "--agents", "2", "--prompts", "2", "--group-size", "2",
             "--max-new-tokens", "4", "--n-train", "16", "--n-eval", "2", "--delta", "0.002",
             "--llm-lr", "0.01", "--threads", "1", "--quiet"]
