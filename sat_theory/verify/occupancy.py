@@ -174,7 +174,8 @@ def chained_occupancy_shift(*, quick: bool = False, seed: int = 0,
         tar = TeamPolicy(tuple(np.tile([1 - t, t], (2, 1)) for t in (0.3, 1e-8, 1e-8)))
         pool.append(Case(mdp, cur, tar, "trap", None, f"trap n=3 γ={g:g} t=(0.3,1e-8,1e-8)"))
     for c in pool:
-        order = random_order(rng, c.n) if c.kind != "trap" else tuple(range(c.n))
+        # trap and saved adversarial cases are built for the order 0..n−1 (the search's)
+        order = tuple(range(c.n)) if c.kind in ("trap", "adversarial-saved") else random_order(rng, c.n)
         evs = evals(c, order)
         g = c.mdp.gamma
         h = 1.0 if mutation == "drop_horizon" else 1.0 / (1 - g)
