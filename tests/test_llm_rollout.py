@@ -4,6 +4,8 @@ The generation tests run on the CPU and, as their ``gpu``-marked twins, on CUDA 
 (the ``device`` fixture of ``conftest.py``); sampling draws on the host, so a seed gives the
 same messages on both."""
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -20,23 +22,16 @@ torch.set_num_threads(1)
 strict_float32()  # no TF32 on the CUDA twins (what every LLMTeam switches off too)
 
 
-@pytest.fixture(scope="module")
-def loaded():
-    """tiny-random per device, loaded once for the module."""
-    cache = {}
-
-    def get(device):
-        if device not in cache:
-            model, tok = load_model("tiny-random", seed=0)
-            cache[device] = model.to(device), tok
-        return cache[device]
-
-    return get
+@functools.cache
+def _tiny(device):
+    """tiny-random on ``device``, loaded once per device."""
+    model, tok = load_model("tiny-random", seed=0)
+    return model.to(device), tok
 
 
 @pytest.fixture
-def tiny(loaded, device):
-    return loaded(device)
+def tiny(device):
+    return _tiny(device)
 
 
 def _contexts(tok):
@@ -119,8 +114,8 @@ def test_shared_prefix_prefill_equals_the_plain_batch(tiny):
         assert out[True, "calls"][:2] == [(3, L - 1), (9, 1)]  # once per prompt, then the last token
 
 
-def test_protocol_is_canonical_and_shares_the_context(loaded):
-    _, tok = loaded("cpu")  # the tokenizer only
+def test_protocol_is_canonical_and_shares_the_context():
+    _, tok = _tiny("cpu")  # the tokenizer only
     p = Protocol(3)
     assert p.schedule(np.random.default_rng(0)) == [0, 1, 2]
     hist = [("agent 1", "I say 4"), ("environment", "2 bulls, 0 cows.")]

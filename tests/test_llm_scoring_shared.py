@@ -4,6 +4,8 @@ only give the log-probabilities of the plain full-logits pass (up to float round
 Every test runs on the CPU and, as its ``gpu``-marked twin, on CUDA in float32 (the
 ``device`` fixture of ``conftest.py``)."""
 
+import functools
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -24,9 +26,11 @@ torch.set_num_threads(1)
 strict_float32()  # no TF32 on the CUDA twins (what every LLMTeam switches off too)
 
 
-def _lora_model():
+@functools.cache
+def _lora_model(device="cpu"):
     """tiny-random wrapped in a LoRA adapter with non-zero factors (so the adapter changes
-    every layer's keys/values, as after an update); the factors are drawn on the host."""
+    every layer's keys/values, as after an update), on ``device``, built once per device;
+    the factors are drawn on the host."""
     from peft import LoraConfig, get_peft_model
 
     model, tok = load_model("tiny-random", seed=0)
@@ -38,26 +42,12 @@ def _lora_model():
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
     pm.eval()
     enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
-    return pm, enc
-
-
-@pytest.fixture(scope="module")
-def loaded():
-    """:func:`_lora_model` per device, built once for the module."""
-    cache = {}
-
-    def get(device):
-        if device not in cache:
-            pm, enc = _lora_model()
-            cache[device] = pm.to(device), enc
-        return cache[device]
-
-    return get
+    return pm.to(device), enc
 
 
 @pytest.fixture
-def lora(loaded, device):
-    return loaded(device)
+def lora(device):
+    return _lora_model(device)
 
 
 def _full_logits_reference(model, ctxs, msgs, tau, dtype):
