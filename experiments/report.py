@@ -723,6 +723,19 @@ def _error_kinds(folder: Path, runs: list[str]) -> str:
             "limit is arithmetic the 135M model gets wrong, not the answer format.")
 
 
+def _after_best(run: Path) -> str:
+    """``", then down to x at prompt k"`` when a run's accuracy fell after its best evaluation."""
+    recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    acc = [(r.get("prompts", r.get("stage")), r["eval_accuracy"]) for r in recs
+           if r.get("kind") == "stage" and r.get("eval_accuracy") is not None]
+    if not acc:
+        return ""
+    b = max(range(len(acc)), key=lambda i: acc[i][1])
+    low = min(acc[b:], key=lambda t: t[1])
+    return (f" after {acc[b][0]} prompts, then down to {low[1]:.3f} after {low[0]}"
+            if low[1] < acc[b][1] else "")
+
+
 def section_llm_learning(out: Path) -> str:
     """LLM teams that learn (experiments/llm_team_learning.py): computed from the run
     folders' ``eval_{k}.jsonl`` (per-problem correctness) and ``metrics.jsonl``."""
@@ -823,7 +836,8 @@ def section_llm_learning(out: Path) -> str:
     if peer is not None:
         s.append(f"\n**CoMLRL's MAGRPOTrainer** (`{peer['run']}`, 2 agents, "
                  f"{peer['tokens'] / 1000:.1f}k tokens): {peer['acc_untrained']:.3f} → "
-                 f"{peer['acc_final']:.3f}, best {peer['best_acc']:.3f} "
+                 f"{peer['acc_final']:.3f}, best {peer['best_acc']:.3f}"
+                 f"{_after_best(folder / peer['run'])} "
                  "(`experiments/peer_comlrl.py`: MAGRPO's simultaneous turns mapped onto our "
                  "turn-taking protocol, its own REINFORCE loss with a group baseline and no "
                  "trust region). A first run as configured out of the box stayed at the untrained "
@@ -832,6 +846,21 @@ def section_llm_learning(out: Path) -> str:
                  "prompt contains, so its \"completions\" held most of the prompt; the study pads "
                  "with `<|endoftext|>` instead (a user-side setting; `<|im_end|>` stays the stop "
                  "token).")
+    swaps = [r for r in rows if r["method"] in study.SWAPS]
+    if swaps:
+        s.append("\n**Plug-and-play with LLM agents** (TeamTR Fig. 6; "
+                 "![swaps](llm_team_learning/plug_and_play.png)): the trained SAT team of seed 0 "
+                 "(after its 12 stages) has agent 2, the final answerer, replaced before stage 0 "
+                 "by the longer-trained single agent (`single_s0`'s final adapter), then trains "
+                 f"{swaps[0]['stages']} more SAT stages. Shock = accuracy right after the swap "
+                 "minus before it; recovery = after the stages minus right after the swap "
+                 "(paired CIs over the 200 problems): " + "; ".join(
+                     f"`{r['method'].removeprefix('swap-')}` shock {100 * r['shock']:+.1f} "
+                     f"[{100 * r['shock_ci_lo']:+.1f}, {100 * r['shock_ci_hi']:+.1f}], recovery "
+                     f"{100 * r['recovery']:+.1f} [{100 * r['recovery_ci_lo']:+.1f}, "
+                     f"{100 * r['recovery_ci_hi']:+.1f}], final {r['acc_final']:.3f}"
+                     for r in swaps) + ". In the summary table a swap row's gain is final minus "
+                 "the team before the swap.")
     first = _llm_rows(folder / "ops0-12")
     if first:
         s.append("\n**First attempt, a harder task** (operands 0–12, 507 problems, "
