@@ -832,6 +832,17 @@ def section_llm_learning(out: Path) -> str:
             if at:
                 s.append("At SAT's training time (evaluation excluded), naive reaches: "
                          + "; ".join(at) + ".")
+    for r in rows:  # joint ≡ naive, as in the tabular world: compare their per-problem files
+        nv = folder / f"naive_s{r['seed']}"
+        if r["method"] == "joint" and nv.is_dir():
+            same = all((folder / r["run"] / f"eval_{k}.jsonl").read_bytes()
+                       == (nv / f"eval_{k}.jsonl").read_bytes() for k in range(r["stages"] + 1))
+            s.append(f"\n`{r['run']}` and `naive_s{r['seed']}` have "
+                     + ("byte-identical held-out files at every stage (and equal training "
+                        "records): with separate adapters and no importance correction, each "
+                        "agent's update from the shared stage-start batch does not depend on the "
+                        "other's, so joint and naive sequential are the same algorithm here."
+                        if same else "different held-out files."))
     peer = next((r for r in rows if r["method"] == "comlrl"), None)
     if peer is not None:
         s.append(f"\n**CoMLRL's MAGRPOTrainer** (`{peer['run']}`, 2 agents, "
