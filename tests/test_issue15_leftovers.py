@@ -314,6 +314,9 @@ def _signalled_child(argv, sig, target):
         return orig(path, write_then_signal)
 
     ck.write_atomic = metrics.write_atomic = write_atomic  # checkpoints; config.json
+    # a shell starts background jobs with SIGINT ignored, and Python keeps that; Ctrl-C on a
+    # terminal finds Python's own handler, which is the case tested here
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     os._exit(cli.main(argv))
 
 
