@@ -97,16 +97,11 @@ def run_weights(run_dir: Path, stage: int | None = None) -> tuple[dict[int, dict
 
 def _final_metrics(run_dir: Path) -> dict:
     """Held-out accuracy before the first and after the last stage, from metrics.jsonl."""
-    path = run_dir / "metrics.jsonl"
-    stages = []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(r, dict) and r.get("kind") == "stage":
-                stages.append(r)
+    from sat_theory.metrics import read_metrics
+
+    if not (run_dir / "metrics.jsonl").is_file():
+        return {}
+    stages = [r for r in read_metrics(str(run_dir)) if r["kind"] == "stage"]
     if not stages:
         return {}
     return dict(stages=len(stages), eval_accuracy_start=stages[0].get("J_before"),
@@ -184,24 +179,15 @@ def export_team(run_dir, out, *, stage: int | None = None, merged: bool = False,
     returns the ``team.json`` record. The folder is assembled next to ``out`` and renamed
     into place, so a killed export leaves no half folder behind."""
     from .models import hf_dir
-    from .team import LLMConfig, LLMTeam
 
     run_dir, out = Path(run_dir), Path(out)
     conf = _run_config(run_dir)
-    weights, source = run_weights(run_dir, stage)
-    try:
-        cfg = LLMConfig(**conf["backend"]["llm"])
-    except TypeError as e:
-        raise InputError(f"{run_dir}/config.json: bad LLM settings ({e})") from None
-    if cfg.agent_models is not None:
+    if conf["backend"]["llm"].get("agent_models") is not None:
         raise InputError("exporting a team of different base models is not supported yet")
     if out.exists() and not (overwrite and out.is_dir()):
         raise InputError(f"{out} exists; choose another --out or pass --overwrite")
-    if set(weights) != set(range(cfg.agents)):
-        raise InputError(f"the weights hold agents {sorted(weights)}, the run has {cfg.agents}")
-    team = LLMTeam(cfg)
-    for j in range(cfg.agents):
-        team._set_weights(j, weights[j])
+    team, source = _run_team(run_dir, conf, stage)
+    cfg = team.cfg
     if include_base is None:
         include_base = cfg.model == "tiny-random"  # no other home for its weights
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
@@ -291,15 +277,36 @@ def load_team(path, *, stage: int | None = None):
                 raise InputError(f"{f} is missing")
             team._set_weights(j, {k: t.float() for k, t in load_file(str(f)).items()})
         return team, info
-    conf = _run_config(p)
-    weights, source = run_weights(p, stage)
-    team = LLMTeam(LLMConfig(**conf["backend"]["llm"]))
-    for j in range(team.n_agents):
-        team._set_weights(j, weights[j])
+    team, source = _run_team(p, _run_config(p), stage)
     return team, dict(source=dict(run_dir=str(p), weights=source))
 
 
+def _run_team(run_dir: Path, conf: dict, stage: int | None):
+    """``(team, weights source)``: the run's team with its trained adapters loaded."""
+    from .team import LLMConfig, LLMTeam
+
+    weights, source = run_weights(run_dir, stage)
+    try:
+        cfg = LLMConfig(**conf["backend"]["llm"])
+    except TypeError as e:
+        raise InputError(f"{run_dir}/config.json: bad LLM settings ({e})") from None
+    if set(weights) != set(range(cfg.agents)):
+        raise InputError(f"the weights hold agents {sorted(weights)}, the run has {cfg.agents}")
+    team = LLMTeam(cfg)
+    for j in range(cfg.agents):
+        team._set_weights(j, weights[j])
+    return team, source
+
+
 # ------------------------------------------------------------------ sat export
+def output_arguments(p) -> None:
+    """``--quiet`` / ``--verbose`` of the LLM commands (:func:`sat_theory.progress.configure`)."""
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bars (nor transformers' loading/saving bars)")
+    p.add_argument("--verbose", action="store_true",
+                   help="progress bars even when stderr is not a terminal")
+
+
 def add_arguments(p) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="an LLM run folder (sat train --backend llm)")
     p.add_argument("--out", required=True, metavar="DIR", help="export folder to write")
@@ -311,10 +318,7 @@ def add_arguments(p) -> None:
     p.add_argument("--include-base", action="store_true",
                    help="copy the base model into DIR/base (always for tiny-random)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing export in --out")
-    p.add_argument("--quiet", action="store_true",
-                   help="no progress bars (nor transformers' loading/saving bars)")
-    p.add_argument("--verbose", action="store_true",
-                   help="progress bars even when stderr is not a terminal")
+    output_arguments(p)
 
 
 def run(args) -> int:

@@ -25,6 +25,8 @@ __all__ = ["add_arguments", "run", "read_prompts", "play"]
 
 
 def add_arguments(p) -> None:
+    from .export import output_arguments
+
     p.add_argument("team", metavar="RUN_DIR|EXPORT_DIR",
                    help="an LLM run folder (sat train --backend llm) or an export (sat export)")
     p.add_argument("--prompt", action="append", default=None,
@@ -37,10 +39,7 @@ def add_arguments(p) -> None:
                    help="print one JSON object per prompt instead of text")
     p.add_argument("--no-stream", action="store_true",
                    help="print each message when complete (default on a terminal: stream tokens)")
-    p.add_argument("--quiet", action="store_true",
-                   help="no progress bars (nor transformers' loading/saving bars)")
-    p.add_argument("--verbose", action="store_true",
-                   help="progress bars even when stderr is not a terminal")
+    output_arguments(p)
 
 
 def read_prompts(args, stdin=None) -> list[tuple[str, object]]:
