@@ -81,12 +81,31 @@ def play(team, prompt: str, answer=None) -> dict:
     if answer is None and team.task.multi_turn:
         raise InputError(f"task {team.cfg.task!r} is interactive: its environment needs the "
                          "answer (--answer, or a JSON line with 'answer')")
-    problem = team.task.user_problem(prompt, answer)
-    (_, history, score), = team._run_episodes([problem], greedy=True)  # no answer: score nan
+    task = team.task
+    problem = task.user_problem(prompt, answer)
+    if answer is None:  # nothing to score against: the same episode, without the score
+        team.task = _Unscored(task)
+    try:
+        (_, history, score), = team._run_episodes([problem], greedy=True)
+    finally:
+        team.task = task
     final = next((t for who, t in reversed(history) if who.startswith("agent")), "")
     return dict(prompt=prompt, messages=history, final=final,
                 final_answer=extract_answer(final), answer=problem.answer,
                 score=float(score) if answer is not None else None)
+
+
+class _Unscored:
+    """A task's protocol side (feedback) without its score, for prompts with no answer."""
+
+    def __init__(self, task):
+        self._task = task
+
+    def __getattr__(self, name):
+        return getattr(self._task, name)
+
+    def score(self, problem, final_message):
+        return float("nan")
 
 
 class _Printer:

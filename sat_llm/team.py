@@ -269,9 +269,7 @@ class EpisodeLoop:
         out = []
         for e in range(E):
             final = next((txt for who, txt in reversed(history[e]) if who.startswith("agent")), "")
-            score = (float("nan") if problems[e].answer is None  # a typed prompt (sat team)
-                     else self.task.score(problems[e], final))
-            out.append((turns[e], history[e], score))
+            out.append((turns[e], history[e], self.task.score(problems[e], final)))
         return out
 
     def rollout(self, n_groups: int, group_size: int) -> Batch:
