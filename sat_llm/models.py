@@ -163,13 +163,23 @@ def random_llama(shape: str | dict, seed: int = 0):
 
 
 def resolve_device(spec: str):
-    """``torch.device`` of ``auto | cpu | cuda | cuda:K`` (auto: CUDA when available, else
-    CPU). A CUDA device that is not there is an :class:`InputError`, raised before any model
-    is loaded."""
+    """``torch.device`` of ``auto | cpu | cuda | cuda:K`` (auto: ``$SAT_LLM_DEVICE`` when set,
+    else CUDA when available, else CPU). A CUDA device that is not there is an
+    :class:`InputError`, raised before any model is loaded.
+
+    ``SAT_LLM_DEVICE`` says what ``auto`` means on a machine, for every process it starts
+    (the test suite sets it to ``cpu``, so that its CPU tests stay CPU tests on a GPU
+    machine; their ``gpu``-marked twins name ``cuda`` explicitly)."""
     import torch
 
     spec = str(spec).strip().lower()
     if spec == "auto":
+        env = os.environ.get("SAT_LLM_DEVICE", "").strip().lower()
+        if env and env != "auto":
+            try:
+                return resolve_device(env)
+            except InputError as e:
+                raise InputError(f"$SAT_LLM_DEVICE: {e}") from None
         return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     if spec == "cpu":
         return torch.device("cpu")

@@ -20,7 +20,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 def pytest_configure(config):
     """Model caches (the tiny-random HF folder, the GGUF conversion) go to a temporary folder
-    for the session, not the user's home — unless the user points ``SAT_LLM_CACHE`` elsewhere."""
+    for the session, not the user's home — unless the user points ``SAT_LLM_CACHE`` elsewhere;
+    ``--device auto`` is the CPU unless ``SAT_LLM_DEVICE`` says otherwise."""
+    # --device auto means the CPU in the tests (also in the CLI's subprocesses): CPU tests
+    # stay CPU tests on a GPU machine; the gpu-marked twins ask for cuda by name
+    config._sat_device = "SAT_LLM_DEVICE" not in os.environ
+    if config._sat_device:
+        os.environ["SAT_LLM_DEVICE"] = "cpu"
     if "SAT_LLM_CACHE" not in os.environ:
         import tempfile
 
@@ -29,6 +35,8 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
+    if getattr(config, "_sat_device", False):
+        os.environ.pop("SAT_LLM_DEVICE", None)
     cache = getattr(config, "_sat_cache", None)
     if cache is not None:
         os.environ.pop("SAT_LLM_CACHE", None)

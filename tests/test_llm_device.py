@@ -50,12 +50,29 @@ def steps(team, n_agents=2, groups=2, size=3):
 
 # ------------------------------------------------------------------ devices
 def test_explicit_cpu_equals_default_bit_for_bit():
+    if resolve_device("auto").type != "cpu":
+        pytest.skip("auto is not the CPU here ($SAT_LLM_DEVICE or CUDA)")
     # each team seeds the global torch RNG when built: build and run one after the other
     default = make_team()
     a = steps(default)
     assert np.array_equal(a, steps(make_team(device="cpu")))
-    if not HAS_CUDA:  # auto resolved to the CPU, recorded as such
-        assert (default.cfg.device, default.cfg.dtype) == ("cpu", "float32")
+    assert (default.cfg.device, default.cfg.dtype) == ("cpu", "float32")  # recorded as resolved
+
+
+def test_sat_llm_device_says_what_auto_means(monkeypatch):
+    monkeypatch.setenv("SAT_LLM_DEVICE", "cpu")
+    assert resolve_device("auto") == torch.device("cpu")
+    assert resolve_device("cuda:0" if HAS_CUDA else "cpu").type == ("cuda" if HAS_CUDA else "cpu")
+    monkeypatch.setenv("SAT_LLM_DEVICE", "gpu")
+    with pytest.raises(InputError, match=r"\$SAT_LLM_DEVICE: unknown device 'gpu'"):
+        resolve_device("auto")
+    assert resolve_device("cpu") == torch.device("cpu")  # only auto consults it
+    monkeypatch.setenv("SAT_LLM_DEVICE", "auto")
+    assert resolve_device("auto") == torch.device("cuda:0" if HAS_CUDA else "cpu")
+    if not HAS_CUDA:
+        monkeypatch.setenv("SAT_LLM_DEVICE", "cuda")
+        with pytest.raises(InputError, match=r"\$SAT_LLM_DEVICE: device 'cuda' requested"):
+            LLMConfig()
 
 
 def test_cuda_without_cuda_fails_before_loading(monkeypatch):
