@@ -6,11 +6,20 @@ imports). It is written against vLLM's documented offline API (``vllm.LLM`` with
 ``enable_lora``, ``SamplingParams``, ``vllm.lora.request.LoRARequest``) and is imported only
 when ``LLMConfig.engine == "vllm"``. Treat it as a starting point to be tested on a GPU.
 
+What *is* tested (``tests/test_vllm_engine.py``) is our side of the API against a CPU
+stand-in that copies the vLLM behaviour this glue depends on (``tests/fake_vllm.py``: strict
+weight names, adapters cached by id, per-request seeds, stop tokens, processed log-probs).
+Writing that stand-in found three bugs in the never-run first version: the served base
+held peft's wrapped names and every adapter's tensors, one seed per call would have given
+every episode of a group the same message, and vLLM's own eos stop differed from the team's
+stop tokens.
+
 Design (what keeps it consistent with the training model, and what the team checks):
 
-- The base model is served from a Hugging Face directory written from the team's base, in
-  the team's base dtype (a GGUF is converted and cached first by :mod:`sat_llm.models`;
-  ``tiny-random`` is saved to a temporary directory).
+- The base model is served from a Hugging Face directory written from the team's in-memory
+  base under transformers' own parameter names (:func:`base_state_dict`: peft's LoRA
+  wrappers renamed back, the adapters left out — vLLM's loaders refuse unknown names), and
+  vLLM casts it to the team's base dtype.
 - **Versions.** Every agent's adapter is written with peft's ``save_pretrained`` whenever
   its parameter version changed, and requested as ``LoRARequest(name, id, path)`` with an
   id unique to that version (vLLM caches adapters by id, so a reused id would serve stale
@@ -23,10 +32,16 @@ Design (what keeps it consistent with the training model, and what the team chec
   beyond a dtype tolerance (:meth:`sat_llm.team.LLMTeam._check_logps`); the engine's are the
   behaviour log-probs. When vLLM reports none, the team's recomputation is used.
 - Sampling: ``temperature=τ, top_p=1, top_k=-1`` (no truncation), ``stop_token_ids`` = the
-  stop tokens. The stop token is part of the message (HF convention); should a vLLM version
+  stop tokens and ``ignore_eos=True``, so that the team's stop tokens are the only ones (as in
+  the HF engine; vLLM would otherwise also stop at every eos of the model's generation
+  config). The stop token is part of the message (HF convention); should a vLLM version
   hold it back from ``token_ids``, it is appended (its log-prob is then unknown, and the
-  team rescores that call's messages). Each call's seed is drawn from the host torch RNG, so a run
-  is reproducible given the team's seed (vLLM's own sampler: not the HF draws).
+  team rescores that call's messages).
+- Seeds: vLLM seeds each *request* with its ``SamplingParams.seed``, so one seed for a whole
+  call would give every episode of a group (same context) the same message. Each context
+  gets its own ``SamplingParams`` with a seed drawn from the host torch RNG: the group's
+  messages are independent draws, and a run is reproducible given the team's seed (vLLM's
+  own sampler: not the HF draws).
 """
 
 from __future__ import annotations
@@ -36,7 +51,7 @@ from pathlib import Path
 
 from sat_theory.errors import InputError
 
-__all__ = ["VLLMEngine"]
+__all__ = ["VLLMEngine", "base_state_dict"]
 
 
 class VLLMEngine:
@@ -60,7 +75,8 @@ class VLLMEngine:
         self.dir = Path(tempfile.mkdtemp(prefix="sat_vllm_"))
         base_dir = self.dir / "base"
         peft_model, tok = next(iter(team._bases.values()))
-        peft_model.get_base_model().save_pretrained(base_dir)
+        base = peft_model.get_base_model()
+        base.save_pretrained(base_dir, state_dict=base_state_dict(peft_model))
         tok.save_pretrained(base_dir)
         kw = dict(model=str(base_dir), enable_lora=True, max_loras=team.n_agents,
                   max_lora_rank=team.cfg.lora_r, dtype=str(team.dtypes[0]).removeprefix("torch."),
@@ -81,10 +97,14 @@ class VLLMEngine:
             path = self.dir / f"agent{agent}_v{v}"
             self.team._model(agent).save_pretrained(path, selected_adapters=[f"agent{agent}"])
             sub = path / f"agent{agent}"  # peft writes non-default adapters into a subfolder
-            req = LoRARequest(f"agent{agent}_v{v}", self._next_id, str(sub if sub.is_dir() else path))
-            self._next_id += 1
+            req = LoRARequest(f"agent{agent}_v{v}", self._new_id(), str(sub if sub.is_dir() else path))
             self._saved[agent] = (v, req)
         return self._saved[agent][1], self._saved[agent][0]
+
+    def _new_id(self) -> int:
+        """A LoRA id never used before by this engine."""
+        self._next_id += 1
+        return self._next_id - 1
 
     def generate(self, agent: int, contexts, *, max_new_tokens: int, temperature: float,
                  stop_ids, greedy: bool = False):
@@ -95,13 +115,16 @@ class VLLMEngine:
         import torch
         from vllm import SamplingParams
 
-        seed = int(torch.randint(2**31 - 1, ()))  # host RNG: reproducible given the team seed
-        sp = SamplingParams(temperature=0.0 if greedy else float(temperature), top_p=1.0, top_k=-1,
-                            max_tokens=int(max_new_tokens), stop_token_ids=list(stop_ids),
-                            seed=None if greedy else seed, logprobs=0)
+        # one seed per request (module docstring), drawn on the host: reproducible given the
+        # team seed, and a group's episodes (same context) are independent draws
+        seeds = torch.randint(2**31 - 1, (len(contexts),)).tolist()
+        sps = [SamplingParams(temperature=0.0 if greedy else float(temperature), top_p=1.0,
+                              top_k=-1, max_tokens=int(max_new_tokens),
+                              stop_token_ids=list(stop_ids), ignore_eos=True,
+                              seed=None if greedy else int(s), logprobs=0) for s in seeds]
         prompts = [{"prompt_token_ids": list(c)} for c in contexts]
         req, version = self._lora(agent)
-        outs = self.llm.generate(prompts, sp, lora_request=req, use_tqdm=False)
+        outs = self.llm.generate(prompts, sps, lora_request=req, use_tqdm=False)
         stops = set(int(s) for s in stop_ids)
         msgs, lps = [], []
         for o in outs:
@@ -118,6 +141,19 @@ class VLLMEngine:
         if any(lp is None or len(lp) != len(m) for lp, m in zip(lps, msgs, strict=True)):
             return msgs, None, version  # incomplete: the team rescores every message
         return msgs, lps, version
+
+
+def base_state_dict(peft_model) -> dict:
+    """The frozen base's tensors under transformers' own names: peft wraps each adapted
+    linear layer, so ``…q_proj.weight`` reads ``…q_proj.base_layer.weight`` in the wrapped
+    model's state dict, next to every adapter's ``lora_A``/``lora_B``; those are renamed back
+    and left out."""
+    out = {}
+    for name, t in peft_model.get_base_model().state_dict().items():
+        if ".lora_" in name:
+            continue
+        out[name.replace(".base_layer.", ".")] = t
+    return out
 
 
 def _token_logprobs(completion):
