@@ -11,7 +11,8 @@ stand-in that copies the vLLM behaviour this glue depends on (``tests/fake_vllm.
 weight names, adapters cached by id, per-request seeds, stop tokens, processed log-probs).
 Writing that stand-in found three bugs in the never-run first version: the served base
 held peft's wrapped names and every adapter's tensors, one seed per call would have given
-every episode of a group the same message, and vLLM's own eos stop differed from the team's
+every episode of a group the same message, and vLLM's own eos stop (every eos of the model's
+generation config) could differ from the team's
 stop tokens.
 
 Design (what keeps it consistent with the training model, and what the team checks):
