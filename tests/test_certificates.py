@@ -40,6 +40,29 @@ def naive_terms(mdp, cur, tar, order):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_subnormal_target_probability_keeps_a_finite_kl(layout):
+    """A target factor of [1, 5e-324] where the current one is [1 − 4e-5, 4e-5] (what the
+    adversarial perturbation once produced in the full ``sat verify``): the KL is finite,
+    ≈ 4e-5·(log 4e-5 − log 5e-324) ≈ 0.029, and both computations must say so. A joint probability
+    formed as a product of factors underflows to 0 there (the reference once gave inf)."""
+    mdp = random_mdp(3, 3, 2, layout=layout, seed=1)
+    cur = TeamPolicy.random(mdp, 2)
+    fc = [f.copy() for f in cur.factors]
+    ft = [f.copy() for f in cur.factors]
+    fc[1][:] = [1 - 4e-5, 4e-5]
+    ft[1][:] = [1.0, 5e-324]
+    cur, tar = TeamPolicy(tuple(fc)), TeamPolicy(tuple(ft))
+    # the factor KL at a state where agent 1 acts: Σ p log(p/q), in logs (4e-5/5e-324 = inf)
+    kl = (1 - 4e-5) * math.log(1 - 4e-5) + 4e-5 * (math.log(4e-5) - math.log(5e-324))
+    cert = stage_certificate(mdp, cur, tar, (1, 0, 2))
+    ref, _ = naive_terms(mdp, cur, tar, (1, 0, 2))
+    step = cert.steps[0]
+    assert step.delta_max == pytest.approx(kl, rel=1e-9)
+    assert ref[0]["delta_max"] == pytest.approx(kl, rel=1e-9)
+    assert ref[0]["delta"] == pytest.approx(step.delta, rel=1e-9) and 0 < step.delta <= kl * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("order", [(0, 1, 2), (2, 0, 1)])
 def test_terms_match_naive(layout, order):
     mdp = random_mdp(7, 3, 2, layout=layout, seed=5)

@@ -1,7 +1,7 @@
 """Every certificate term against its definition, recomputed from scratch (docs/theory.md §4).
 
 :func:`reference_certificate` evaluates each policy with its own dense solves (``V``, ``d``
-and ``Q`` by ``numpy.linalg.solve``, joint probabilities by explicit products over the active
+and ``Q`` by ``numpy.linalg.solve``, joint log-probabilities by explicit sums over the active
 agents, radii from the *joint* KL of consecutive intermediate policies — the factor lemma
 — rather than the factor KL), and assembles the five stage bounds from their formulas. It
 shares no code with :mod:`sat_theory.certificates` or :mod:`sat_theory.evaluate`, so the
@@ -20,7 +20,7 @@ from ..certificates import BOUND_KEYS, stage_certificate
 from . import CheckResult, check
 from .cases import cases
 from .saved import adversarial_cases, missing_note
-from .tally import Tally, check_mutation, count, random_order, trap_cases
+from .tally import Tally, case_order, check_mutation, count, trap_cases
 
 __all__ = ["reference_certificate", "STEP_KEYS"]
 
@@ -29,40 +29,47 @@ STEP_KEYS = ("L_seq", "L_stale", "delta", "delta_max", "tv", "A_max", "f_inf", "
              "true_gain", "bound", "bound_max")
 
 
-def _joint(mdp, pol) -> np.ndarray:
-    """``π(a|s) = Π_{j active at s} π^(j)(a_j|s)``, inactive agents at the no-op 0; (S, K)."""
+def _joint_log(mdp, pol) -> np.ndarray:
+    """``log π(a|s) = Σ_{j active at s} log π^(j)(a_j|s)``, inactive agents at the no-op 0
+    (``−inf`` elsewhere); (S, K). In logs: a product of factors can underflow to 0 where
+    one factor is subnormal (an adversarial target's 5e-324), and ``log(p/0)`` would then
+    make a finite KL infinite."""
     S, K = mdp.n_states, mdp.n_joint
-    out = np.ones((S, K))
-    for s in range(S):
-        for k in range(K):
-            if mdp.kind == "turn":
-                out[s, k] = pol.factors[mdp.turn[s]][s, k]
-                continue
-            for j, a in enumerate(mdp.slot_actions[k]):
-                if mdp.active[s, j]:
-                    out[s, k] *= pol.factors[j][s, a]
-                elif a != 0:
-                    out[s, k] = 0.0
+    out = np.zeros((S, K))
+    with np.errstate(divide="ignore"):
+        for s in range(S):
+            for k in range(K):
+                if mdp.kind == "turn":
+                    out[s, k] = np.log(pol.factors[mdp.turn[s]][s, k])
+                    continue
+                for j, a in enumerate(mdp.slot_actions[k]):
+                    if mdp.active[s, j]:
+                        out[s, k] += np.log(pol.factors[j][s, a])
+                    elif a != 0:
+                        out[s, k] = -np.inf
+                        break
     return out
 
 
 def _evaluate(mdp, P: np.ndarray, pol) -> dict:
     """``V = (I − γP_π)⁻¹ r_π``, ``d = (1−γ)ρ0ᵀ(I − γP_π)⁻¹``, ``A = R + γPV − V``, ``J = ρ0ᵀV``."""
     S, g = mdp.n_states, mdp.gamma
-    pi = _joint(mdp, pol)
+    logpi = _joint_log(mdp, pol)
+    pi = np.exp(logpi)
     P_pi = np.einsum("sk,skt->st", pi, P)
     M = np.eye(S) - g * P_pi
     V = np.linalg.solve(M, (pi * mdp.R).sum(1))
     d = (1 - g) * np.linalg.solve(M.T, mdp.rho0)
     A = mdp.R + g * P @ V - V[:, None]
-    return dict(pi=pi, d=d, A=A, J=float(mdp.rho0 @ V))
+    return dict(pi=pi, logpi=logpi, d=d, A=A, J=float(mdp.rho0 @ V))
 
 
-def _kl(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Row-wise ``Σ_a p log(p/q)`` with ``0 log 0 = 0``, clipped at 0 (Gibbs; roundoff of
-    nearly equal rows would make ``√δ`` fail)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.maximum(np.where(p > 0, p * np.log(p / q), 0.0).sum(1), 0.0)
+def _kl(logp: np.ndarray, logq: np.ndarray) -> np.ndarray:
+    """Row-wise ``Σ_a p (log p − log q)`` from log-probabilities, with ``0 log 0 = 0``,
+    clipped at 0 (Gibbs; roundoff of nearly equal rows would make ``√δ`` fail)."""
+    with np.errstate(invalid="ignore"):
+        terms = np.where(np.isfinite(logp), np.exp(logp) * (logp - logq), 0.0)
+    return np.maximum(terms.sum(1), 0.0)
 
 
 def reference_certificate(mdp, cur, tar, order, advantages=None, *, flip_kl: bool = False) -> dict:
@@ -82,7 +89,7 @@ def reference_certificate(mdp, cur, tar, order, advantages=None, *, flip_kl: boo
     for i, j in enumerate(order, start=1):
         prev, nxt = evs[i - 1], evs[i]
         act = mdp.active[:, j]
-        a, b = (nxt["pi"], prev["pi"]) if flip_kl else (prev["pi"], nxt["pi"])
+        a, b = (nxt["logpi"], prev["logpi"]) if flip_kl else (prev["logpi"], nxt["logpi"])
         kl = _kl(a, b)  # joint KL of consecutive policies = factor KL where j acts (factor lemma)
         tv = 0.5 * np.abs(prev["pi"] - nxt["pi"]).sum(1)
         f = (nxt["pi"] * prev["A"]).sum(1)
@@ -135,7 +142,7 @@ def certificate_definitions(*, quick: bool = False, seed: int = 0,
             + adversarial_cases())
     worst = 0.0
     for k, c in enumerate(pool):
-        order = random_order(rng, c.n)
+        order = case_order(rng, c)
         adv = None
         if k % 2:  # estimated advantages: exact ones plus noise (ζ_i > 0)
             from ..certificates import intermediate_policies

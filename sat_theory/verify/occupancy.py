@@ -30,10 +30,10 @@ from .saved import adversarial_cases, missing_note
 from .tally import (
     SQ2,
     Tally,
+    case_order,
     check_mutation,
     count,
     evals,
-    random_order,
     share_by_gamma,
     summary,
     trap_cases,
@@ -175,7 +175,7 @@ def chained_occupancy_shift(*, quick: bool = False, seed: int = 0,
         pool.append(Case(mdp, cur, tar, "trap", None, f"trap n=3 γ={g:g} t=(0.3,1e-8,1e-8)"))
     for c in pool:
         # trap and saved adversarial cases are built for the order 0..n−1 (the search's)
-        order = tuple(range(c.n)) if c.kind in ("trap", "adversarial-saved") else random_order(rng, c.n)
+        order = case_order(rng, c)
         evs = evals(c, order)
         g = c.mdp.gamma
         h = 1.0 if mutation == "drop_horizon" else 1.0 / (1 - g)

@@ -38,6 +38,7 @@ from .saved import adversarial_cases, missing_note
 from .tally import (
     SQ2,
     Tally,
+    case_order,
     check_mutation,
     count,
     evals,
@@ -67,7 +68,7 @@ def _single_step(name: str, form: str, *, quick: bool, seed: int,
     T = Tally()
     shares, positive, elem_fail, elem_tighter, flip_fail = [], 0, 0, 0, 0
     for c in _step_cases(seed + 5, quick):
-        order = random_order(rng, c.n)
+        order = case_order(rng, c)
         evs = evals(c, order)
         cert = stage_certificate(c.mdp, c.current, c.target, order, evaluations=evs)
         g = c.mdp.gamma
@@ -321,7 +322,7 @@ def expected_kl_vacuity(*, quick: bool = False, seed: int = 0,
     best = {}
     stages = collections.Counter()
     for c in _step_cases(seed + 13, quick):
-        order = random_order(rng, c.n)
+        order = case_order(rng, c)
         cert = stage_certificate(c.mdp, c.current, c.target, order)
         g = cert.gamma
         claim = g >= 0.5 or mutation == "all_gammas"
@@ -395,7 +396,7 @@ def estimated_advantage_bound(*, quick: bool = False, seed: int = 0,
     pool = cases(seed + 17, count(quick, 24, 120), large=False) + adversarial_cases()
     zetas = []
     for k, c in enumerate(pool):
-        order = random_order(rng, c.n)
+        order = case_order(rng, c)
         evs = evals(c, order)
         exact = stage_certificate(c.mdp, c.current, c.target, order, evaluations=evs)
         slack = max([exact.true_improvement - getattr(exact, b) for b in BOUND_KEYS]

@@ -153,6 +153,19 @@ def random_order(rng, n: int) -> tuple[int, ...]:
     return tuple(int(x) for x in rng.permutation(n))
 
 
+#: case kinds built for the agent order 0..n−1 (trap constructions, saved adversarial search
+#: results): checked in that order, where they bite, not in a random one
+BUILT_FOR_ORDER = ("trap", "adversarial-saved")
+
+
+def case_order(rng, c) -> tuple[int, ...]:
+    """The agent order a case is checked in: ``0..n−1`` for :data:`BUILT_FOR_ORDER` cases,
+    else a random order. The random draw is made either way, so the other cases' orders do
+    not depend on which built cases are in the pool."""
+    order = random_order(rng, c.n)
+    return tuple(range(c.n)) if c.kind in BUILT_FOR_ORDER else order
+
+
 def share_by_gamma(rows) -> str:
     """``rows`` of ``(γ, used, penalty)``: the largest share ``used/penalty`` per γ (over
     penalties above :data:`MIN_PENALTY`), as ``"γ=0.1: 0.78, γ=0.5: 0.45, …"``."""
