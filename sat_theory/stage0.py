@@ -4,7 +4,8 @@ Both papers let a new agent replace agent ``j`` between stages, provided it firs
 the per-agent trust region around the old factor. They propose two ways to get there; both act
 on one agent's factor, an ``(S, A)`` array of per-state action distributions.
 
-- **TeamTR distillation** (:func:`align_distill`): gradient descent on softmax logits ``θ``,
+- **TeamTR distillation** (:func:`align_distill`): gradient descent on softmax logits ``θ``
+  (Armijo steps that double after each step: see its docstring),
   started from the new agent's own initialization, on the reverse-KL projection objective
 
       D(θ) = E_{s∼ν} KL_s(π_old‖π_θ),   ∂D/∂θ(s,a) = ν(s) (π_θ(a|s) − π_old(a|s)),
@@ -110,18 +111,27 @@ class AlignTrace:
 def align_distill(pi_old, init, nu, delta_align: float, *, lr: float | None = None,
                   max_steps: int = 100_000) -> tuple[np.ndarray, AlignTrace]:
     """TeamTR Stage-0: ``min_θ E_{s∼ν} KL_s(π_old‖softmax θ_s)`` by gradient descent from
-    ``θ^0 = log init``, stopping at the first ``t`` with ``E_ν KL ≤ δ_align``.
+    ``θ^0 = log init``, stopping at the first point with ``E_ν KL ≤ δ_align``.
 
     ``pi_old``, ``init``: (S, A) factors (``init`` strictly positive: softmax logits cannot
-    represent a zero). ``nu`` (S,): probe state weights (normalized here). Update
-    ``θ ← θ − lr · ν(s) (π_θ − π_old)``. The objective is ``ν_max/2``-smooth in ``θ`` (the
-    Hessian per state is ``ν(s)(diag π_θ − π_θ π_θᵀ)``, whose top eigenvalue is at most
-    ``½``), so the default ``lr = 1/ν_max`` is half the largest stable step; then each step
-    decreases ``D`` and ``D`` converges to ``0`` (the infimum, attained at ``π_θ = π_old``
-    on the support of ``ν``) whenever ``π_old`` has full support where ``ν > 0``.
+    represent a zero). ``nu`` (S,): probe state weights (normalized here). Step
+    ``θ ← θ − η_t g_t``, ``g = ν(s) (π_θ − π_old)``. The objective is ``ν_max/2``-smooth in
+    ``θ`` (the Hessian per state is ``ν(s)(diag π_θ − π_θ π_θᵀ)``, whose top eigenvalue is
+    at most ``½``) and convex, so ``η = lr = 1/ν_max`` (the default; half the largest stable
+    step) always decreases ``D``.
+
+    The step size adapts: it doubles after every step and halves until the Armijo condition
+    ``D(θ − ηg) ≤ D(θ) − η‖g‖²/2`` holds (met by every ``η ≤ 2/ν_max``), so ``D`` decreases
+    at every step. Why: from a near-deterministic initialization (a logit gap of hundreds)
+    the gradient is as small as the old factor's smallest probability, and the fixed step
+    ``1/ν_max`` would need millions of steps; the doubling crosses such a flat region in a
+    few dozen. The step that crosses ``δ_align`` is cut back, by bisection along it, to the
+    first point of the segment with ``D ≤ δ_align`` (``D`` is convex along the segment, so
+    that point is the boundary): the early stop keeps as much of the new agent as the radius
+    allows, however long the last step was.
 
     Returns the aligned factor (S, A) — rows with ``ν(s) = 0`` keep the initialization — and
-    an :class:`AlignTrace`.
+    an :class:`AlignTrace` (``lr``: the first step size).
     """
     pi_old = _factor(pi_old, "old factor pi_old")
     init = _factor(init, "new agent's initialization")
@@ -136,13 +146,35 @@ def align_distill(pi_old, init, nu, delta_align: float, *, lr: float | None = No
         lr = 1.0 / float(nu.max())
     if not lr > 0:
         raise InputError(f"lr must be > 0, got {lr}")
-    theta = np.log(init)
-    q = init
+
+    def at(theta):
+        q = softmax(theta, axis=1)
+        return q, probe_kl(pi_old, q, nu)
+
+    theta, q, eta = np.log(init), init, float(lr)
     kls = [probe_kl(pi_old, q, nu)]
     while kls[-1] > delta_align and len(kls) <= max_steps:
-        theta = theta - lr * nu[:, None] * (q - pi_old)
-        q = softmax(theta, axis=1)
-        kls.append(probe_kl(pi_old, q, nu))
+        g = nu[:, None] * (q - pi_old)
+        gg = float(np.sum(g * g))
+        while True:  # Armijo backtracking (always met by η ≤ 2/ν_max)
+            q_new, d_new = at(theta - eta * g)
+            if d_new <= kls[-1] - 0.5 * eta * gg or eta <= lr * 2.0 ** -60:
+                break
+            eta *= 0.5
+        step = eta
+        if d_new <= delta_align:  # the first point of this step inside the radius
+            lo, hi = 0.0, eta
+            for _ in range(60):
+                mid = 0.5 * (lo + hi)
+                if at(theta - mid * g)[1] <= delta_align:
+                    hi = mid
+                else:
+                    lo = mid
+            step = hi
+            q_new, d_new = at(theta - step * g)
+        theta, q = theta - step * g, q_new
+        kls.append(d_new)
+        eta *= 2.0
     kl = np.array(kls)
     return q, AlignTrace(steps=len(kls) - 1, kl=kl, converged=bool(kl[-1] <= delta_align),
                          delta_align=float(delta_align), lr=float(lr))
