@@ -665,9 +665,11 @@ class LLMTeam(EpisodeLoop):
                     "synced after an update)")
             return m_, (l_ if greedy else self._check_logps(k, ctxs[a:b], m_, l_))
 
-        parts, size = in_chunks(len(ctxs), min(chunk, self._gen_cap[k]), run,
-                                what=f"generation (agent {k})", device=self.devices[k])
-        self._gen_cap[k] = min(self._gen_cap[k], size)
+        want = min(chunk, self._gen_cap[k])
+        parts, size = in_chunks(len(ctxs), want, run, what=f"generation (agent {k})",
+                                device=self.devices[k])
+        if size < want:  # halved after an out-of-memory error: it stays halved for the agent
+            self._gen_cap[k] = size
         msgs = [m for m_, _ in parts for m in m_]
         lps = [lp for _, l_ in parts for lp in l_]
         texts = [proto.clean(tok.decode(m, skip_special_tokens=True)) for m in msgs]

@@ -230,6 +230,24 @@ def test_out_of_memory_in_generation_is_retried_in_smaller_chunks(monkeypatch, c
     assert any("generation" in r.getMessage() for r in caplog.records)
 
 
+def test_a_small_call_does_not_cap_later_generation_batches(monkeypatch):
+    """Only an out-of-memory error lowers the generation chunk size: a first rollout of 2
+    episodes (a warm-up) must not make every later rollout generate 2 rows at a time."""
+    team = make_team()
+    rows = []
+    real = team_mod.generate
+
+    def spy(model, contexts, *a, **k):
+        rows.append(len(contexts))
+        return real(model, contexts, *a, **k)
+
+    monkeypatch.setattr(team_mod, "generate", spy)
+    team.rollout(1, 2)
+    rows.clear()
+    team.rollout(2, 4)
+    assert rows == [8, 8]  # one call per speaker (2 agents, 8 episodes each)
+
+
 def test_other_errors_are_not_taken_for_out_of_memory(monkeypatch):
     team = make_team()
     b = team.rollout(1, 2)
