@@ -105,7 +105,8 @@ def add_arguments(p) -> None:
     num("--micro-batch", "turns per forward/backward pass (0: the minibatch); halved and "
                          "retried on out-of-memory", default=0)
     num("--logp-check", "messages per generation call whose behaviour log-probs the training "
-                        "model recomputes and compares (0: off)", default=8)
+                        "model recomputes and compares (0: off; 2 cost 7%% of a SmolLM2 "
+                        "rollout on CPU, 8 cost 25%%)", default=2)
     num("--logp-tol", "largest tolerated mean per-token |Δ log π| of that check (0: by dtype)",
         default=0.0)
     _dataset_arguments(p)

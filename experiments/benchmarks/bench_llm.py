@@ -49,6 +49,11 @@ For each model (``tiny-random``; the full run adds ``smollm2-135m``), all throug
    and ours with the exact-KL monitor that ``run_stage`` adds to each step. Skipped (with a
    note) when trl is missing.
 
+7. **Behaviour log-prob check** (issue 13 item 4): ``team.rollout(B, G)`` with the default
+   ``logp_check=8`` (the first 8 messages of every generation call rescored by the training
+   model and compared with the engine's log-probs) vs ``logp_check=0`` (off); the same
+   sampled tokens (torch RNG seeded alike), interleaved rounds, medians and their ratio.
+
 Run: ``python experiments/benchmarks/bench_llm.py [--quick] [--out PATH]``;
 ``--vs-trl`` runs only section 6 (results ``bench_llm_trl*.json``).
 ``--quick``: tiny-random only, small settings (~1 min); full adds smollm2-135m (~5-10 min).
@@ -243,6 +248,31 @@ def bench_throughput(team, mb: ModelBench, cfg: LLMBenchConfig) -> dict:
             "speedup_median": float(np.median([b["tokens_per_s"] / p["tokens_per_s"] for b, p in
                                                zip(rounds["batched"], rounds["per_sample"],
                                                    strict=True)]))}
+
+
+# ------------------------------------------------------------------ 7. log-prob check
+def bench_logp_check(mb: ModelBench, cfg: LLMBenchConfig, check: int = 8) -> dict:
+    """Median ``team.rollout(B, G)`` seconds with the behaviour log-prob check on
+    (``check`` messages per generation call) and off, and ``overhead = t(on)/t(off) − 1``."""
+    import torch
+
+    teams = {"on": make_team(mb, cfg, logp_check=check), "off": make_team(mb, cfg, logp_check=0)}
+    for t in teams.values():
+        t.rollout(1, 2)  # warm-up
+    rounds: dict[str, list] = {k: [] for k in teams}
+    names = list(teams)
+    for r in range(max(mb.rounds, 3)):
+        for name in names[r % 2:] + names[:r % 2]:
+            torch.manual_seed(cfg.seed + r)  # both sample the same tokens
+            t0 = time.perf_counter()
+            b = teams[name].rollout(mb.prompts, mb.group_size)
+            rounds[name].append({"seconds": time.perf_counter() - t0,
+                                 "tokens": b.extra["tokens"],
+                                 "logp_check": b.extra.get("logp_check")})
+    med = {k: float(np.median([x["seconds"] for x in v])) for k, v in rounds.items()}
+    return {"rounds": rounds, "check_messages": check, "on_s": med["on"], "off_s": med["off"],
+            "overhead": med["on"] / med["off"] - 1,
+            "same_tokens": [x["tokens"] for x in rounds["on"]] == [x["tokens"] for x in rounds["off"]]}
 
 
 # ------------------------------------------------------------------ 2. KL monitor
@@ -602,6 +632,9 @@ def bench_model(mb: ModelBench, cfg: LLMBenchConfig, verbose: bool) -> dict:
     out["scaling"] = sc = bench_scaling(team, mb, cfg)
     say("rollout time exponents: " + ", ".join(f"{k} {v['exponent']:.2f}" for k, v in sc["fits"].items()))
     del team
+    out["logp_check"] = lc = bench_logp_check(mb, cfg)
+    say(f"behaviour log-prob check: rollout {lc['on_s']:.2f}s on vs {lc['off_s']:.2f}s off "
+        f"({lc['overhead']:+.1%})")
     out["resampling"] = rs = bench_resampling(mb, cfg)
     say(f"resampling: tokens +{rs['token_overhead_same_batch']:.1%} (same batch), "
         f"{rs['token_overhead_matched']:+.1%} (matched budget)")
@@ -654,6 +687,7 @@ def main(quick: bool = False, out: str | None = None, cfg: LLMBenchConfig | None
              "sampled/update": r["kl"]["sampled_over_update"],
              "kl/update_a2": r["kl_agent2"]["kl_over_update"],
              **{f"kl/update_{e}ep": v["kl_over_update"] for e, v in r["kl_epochs"].items()},
+             "logp_check+": r["logp_check"]["overhead"],
              "tok+_same": r["resampling"]["token_overhead_same_batch"],
              "tok+_matched": r["resampling"]["token_overhead_matched"],
              "load_1st": r["load"].get("first"), "load_2nd": r["load"].get("second"),
