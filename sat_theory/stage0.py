@@ -46,7 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.special import logsumexp, softmax
+from scipy.special import log_softmax, logsumexp
 
 from .errors import InputError
 from .mdp import check_distribution_rows
@@ -147,12 +147,22 @@ def align_distill(pi_old, init, nu, delta_align: float, *, lr: float | None = No
     if not lr > 0:
         raise InputError(f"lr must be > 0, got {lr}")
 
-    def at(theta):
-        q = softmax(theta, axis=1)
-        return q, probe_kl(pi_old, q, nu)
+    m = nu > 0
+    with np.errstate(divide="ignore"):
+        log_old = np.log(pi_old)
 
-    theta, q, eta = np.log(init), init, float(lr)
-    kls = [probe_kl(pi_old, q, nu)]
+    def at(theta):
+        """``(π_θ, D(θ))``, ``D`` from log-softmax: ``π_θ`` itself can be subnormal (a logit
+        gap of 744 gives 1e-323, with 2 significant bits), and ``D`` from it would not move
+        under steps that move ``θ``."""
+        logq = log_softmax(theta, axis=1)
+        with np.errstate(invalid="ignore"):
+            kl = np.maximum(np.where(pi_old > 0, pi_old * (log_old - logq), 0.0).sum(1), 0.0)
+        return np.exp(logq), float(nu[m] @ kl[m])
+
+    theta, eta = np.log(init), float(lr)
+    q, d0 = at(theta)
+    kls = [d0]
     while kls[-1] > delta_align and len(kls) <= max_steps:
         g = nu[:, None] * (q - pi_old)
         gg = float(np.sum(g * g))
