@@ -12,8 +12,7 @@ weight names, adapters cached by id, per-request seeds, stop tokens, processed l
 Writing that stand-in found three bugs in the never-run first version: the served base
 held peft's wrapped names and every adapter's tensors, one seed per call would have given
 every episode of a group the same message, and vLLM's own eos stop (every eos of the model's
-generation config) could differ from the team's
-stop tokens.
+generation config) could differ from the team's stop tokens.
 
 Design (what keeps it consistent with the training model, and what the team checks):
 
