@@ -120,15 +120,18 @@ def align_distill(pi_old, init, nu, delta_align: float, *, lr: float | None = No
     at most ``½``) and convex, so ``η = lr = 1/ν_max`` (the default; half the largest stable
     step) always decreases ``D``.
 
-    The step size adapts: it doubles after every step and halves until the Armijo condition
-    ``D(θ − ηg) ≤ D(θ) − η‖g‖²/2`` holds (met by every ``η ≤ 2/ν_max``), so ``D`` decreases
-    at every step. Why: from a near-deterministic initialization (a logit gap of hundreds)
-    the gradient is as small as the old factor's smallest probability, and the fixed step
-    ``1/ν_max`` would need millions of steps; the doubling crosses such a flat region in a
-    few dozen. The step that crosses ``δ_align`` is cut back, by bisection along it, to the
-    first point of the segment with ``D ≤ δ_align`` (``D`` is convex along the segment, so
-    that point is the boundary): the early stop keeps as much of the new agent as the radius
-    allows, however long the last step was.
+    The step sizes adapt, one per state (the objective is a ``ν``-weighted sum of
+    independent per-state problems): each doubles after every step and halves until the
+    state's Armijo condition ``ν(s)KL_s(θ_s − η_s g_s) ≤ ν(s)KL_s(θ_s) − η_s‖g_s‖²/2`` holds
+    (met by every ``η_s ≤ 2/ν_max``), so every ``KL_s`` and ``D`` decrease at every step.
+    Why: from a near-deterministic initialization (a logit gap of hundreds) a state's
+    gradient is as small as the old factor's smallest probability there, and a fixed step
+    ``1/ν_max`` — or one step size shared with well-conditioned states — would need
+    millions of steps; the doubling crosses such a flat region in a few dozen. The step that
+    crosses ``δ_align`` is cut back, by bisection on a common factor of all states' steps,
+    to the first point of that segment with ``D ≤ δ_align`` (``D`` is convex along it, so
+    that point is the boundary): the early stop keeps as much of the new agent as the
+    radius allows, however long the last step was.
 
     Returns the aligned factor (S, A) — rows with ``ν(s) = 0`` keep the initialization — and
     an :class:`AlignTrace` (``lr``: the first step size).
@@ -152,39 +155,45 @@ def align_distill(pi_old, init, nu, delta_align: float, *, lr: float | None = No
         log_old = np.log(pi_old)
 
     def at(theta):
-        """``(π_θ, D(θ))``, ``D`` from log-softmax: ``π_θ`` itself can be subnormal (a logit
-        gap of 744 gives 1e-323, with 2 significant bits), and ``D`` from it would not move
-        under steps that move ``θ``."""
+        """``(π_θ, KL_s(π_old‖π_θ) per state)`` from log-softmax: ``π_θ`` itself can be
+        subnormal (a logit gap of 744 gives 1e-323, with 2 significant bits), and a KL from
+        it would not move under steps that move ``θ``."""
         logq = log_softmax(theta, axis=1)
         with np.errstate(invalid="ignore"):
             kl = np.maximum(np.where(pi_old > 0, pi_old * (log_old - logq), 0.0).sum(1), 0.0)
-        return np.exp(logq), float(nu[m] @ kl[m])
+        return np.exp(logq), kl
 
-    theta, eta = np.log(init), float(lr)
-    q, d0 = at(theta)
-    kls = [d0]
+    def D(kl):
+        return float(nu[m] @ kl[m])
+
+    theta = np.log(init)
+    q, kl = at(theta)
+    eta = np.full(pi_old.shape[0], float(lr))
+    floor = lr * 2.0 ** -60
+    kls = [D(kl)]
     while kls[-1] > delta_align and len(kls) <= max_steps:
         g = nu[:, None] * (q - pi_old)
-        gg = float(np.sum(g * g))
-        while True:  # Armijo backtracking (always met by η ≤ 2/ν_max)
-            q_new, d_new = at(theta - eta * g)
-            if d_new <= kls[-1] - 0.5 * eta * gg or eta <= lr * 2.0 ** -60:
+        gg = np.sum(g * g, axis=1)
+        while True:  # per-state Armijo backtracking (always met by η_s ≤ 2/ν_max)
+            q_new, kl_new = at(theta - eta[:, None] * g)
+            bad = m & (nu * kl_new > nu * kl - 0.5 * eta * gg) & (eta > floor)
+            if not bad.any():
                 break
-            eta *= 0.5
+            eta[bad] *= 0.5
         step = eta
-        if d_new <= delta_align:  # the first point of this step inside the radius
-            lo, hi = 0.0, eta
+        if D(kl_new) <= delta_align:  # the first point of this step inside the radius
+            lo, hi = 0.0, 1.0
             for _ in range(60):
                 mid = 0.5 * (lo + hi)
-                if at(theta - mid * g)[1] <= delta_align:
+                if D(at(theta - mid * eta[:, None] * g)[1]) <= delta_align:
                     hi = mid
                 else:
                     lo = mid
-            step = hi
-            q_new, d_new = at(theta - step * g)
-        theta, q = theta - step * g, q_new
-        kls.append(d_new)
-        eta *= 2.0
+            step = hi * eta
+            q_new, kl_new = at(theta - step[:, None] * g)
+        theta, q, kl = theta - step[:, None] * g, q_new, kl_new
+        kls.append(D(kl))
+        eta = np.minimum(2.0 * eta, 1e300)  # g = 0 rows must not overflow to inf·0
     kl = np.array(kls)
     return q, AlignTrace(steps=len(kls) - 1, kl=kl, converged=bool(kl[-1] <= delta_align),
                          delta_align=float(delta_align), lr=float(lr))

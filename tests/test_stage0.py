@@ -31,6 +31,25 @@ def test_distill_stops_at_first_step_below_delta(seed):
     assert probe_kl(old, new, nu) == pytest.approx(tr.kl[-1], rel=1e-12)
 
 
+@pytest.mark.parametrize("old0,init0", [
+    (6.8e-4, 5.8e-249),  # sat verify --seed 3: fixed steps were at 29 δ after 1e5 steps
+    (1.25e-4, 1.5e-323),  # --seed 16: a subnormal init; softmax did not move under the steps
+    (1e-3, 1e-100), (0.3, 1e-300)])
+def test_distill_converges_from_a_near_deterministic_new_model(old0, init0):
+    """Two actions, the new model all but certain of the one the old factor rarely leaves:
+    the gradient is ~old0 per step against a logit gap of up to 744; the adaptive steps
+    reach δ in few steps, decreasing D at every one, and stop on the boundary."""
+    old = np.array([[old0, 1 - old0], [0.5, 0.5]])
+    init = np.array([[init0, 1 - init0], [0.4, 0.6]])
+    nu = np.array([0.7, 0.3])
+    delta = 0.01
+    new, tr = align_distill(old, init, nu, delta)
+    assert tr.converged and tr.steps < 200, tr.steps
+    assert np.all(np.diff(tr.kl) < 0)
+    assert tr.kl[-1] == pytest.approx(delta, rel=1e-9)  # the crossing step cut back to δ
+    assert probe_kl(old, new, nu) == pytest.approx(tr.kl[-1], rel=1e-9)
+
+
 def test_distill_keeps_unprobed_rows_and_zero_steps_when_inside():
     (old, init, _), nu = _factors(7)
     nu[2] = 0.0
