@@ -843,13 +843,13 @@ def section_llm_learning(out: Path) -> str:
                         "agent's update from the shared stage-start batch does not depend on the "
                         "other's, so joint and naive sequential are the same algorithm here."
                         if same else "different held-out files."))
-    peer = next((r for r in rows if r["method"] == "comlrl"), None)
-    if peer is not None:
-        s.append(f"\n**CoMLRL's MAGRPOTrainer** (`{peer['run']}`, 2 agents, "
-                 f"{peer['tokens'] / 1000:.1f}k tokens): {peer['acc_untrained']:.3f} → "
-                 f"{peer['acc_final']:.3f}, best {peer['best_acc']:.3f}"
-                 f"{_after_best(folder / peer['run'])} "
-                 "(`experiments/peer_comlrl.py`: MAGRPO's simultaneous turns mapped onto our "
+    peers = [r for r in rows if r["method"] == "comlrl"]
+    if peers:
+        s.append("\n**CoMLRL's MAGRPOTrainer** (2 agents): " + "; ".join(
+                 f"`{peer['run']}` ({peer['tokens'] / 1000:.1f}k tokens) "
+                 f"{peer['acc_untrained']:.3f} → {peer['acc_final']:.3f}, best "
+                 f"{peer['best_acc']:.3f}{_after_best(folder / peer['run'])}" for peer in peers)
+                 + " (`experiments/peer_comlrl.py`: MAGRPO's simultaneous turns mapped onto our "
                  "turn-taking protocol, its own REINFORCE loss with a group baseline and no "
                  "trust region). A first run as configured out of the box stayed at the untrained "
                  "accuracy for 21 prompts: CoMLRL 1.4.3 takes a prompt's length to be the position "
