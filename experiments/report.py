@@ -725,8 +725,9 @@ def _error_kinds(folder: Path, runs: list[str]) -> str:
 
 def _after_best(run: Path) -> str:
     """``", then down to x at prompt k"`` when a run's accuracy fell after its best evaluation."""
-    recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    acc = [(r.get("prompts", r.get("stage")), r["eval_accuracy"]) for r in recs
+    from sat_theory.metrics import read_metrics
+
+    acc = [(r.get("prompts", r.get("stage")), r["eval_accuracy"]) for r in read_metrics(str(run))
            if r.get("kind") == "stage" and r.get("eval_accuracy") is not None]
     if not acc:
         return ""

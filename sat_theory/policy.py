@@ -141,10 +141,16 @@ def joint_policy(mdp: FactorizedMDP, policy: TeamPolicy) -> np.ndarray:
 # ------------------------------------------------------------------ divergences
 def kl_rows(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """Row-wise ``KL(p‖q) = Σ_a p log(p/q)`` with ``0 log 0 = 0`` and ``+∞`` where q=0<p."""
+    with np.errstate(divide="ignore"):
+        return kl_rows_log(p, np.log(np.asarray(q, dtype=np.float64)))
+
+
+def kl_rows_log(p: np.ndarray, log_q: np.ndarray) -> np.ndarray:
+    """:func:`kl_rows` from ``log q`` (e.g. a log-softmax, exact where ``q`` itself would be
+    subnormal or underflow to 0)."""
     p = np.asarray(p, dtype=np.float64)
-    q = np.asarray(q, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(p > 0, p * (np.log(p) - np.log(q)), 0.0)
+        terms = np.where(p > 0, p * (np.log(p) - np.asarray(log_q, dtype=np.float64)), 0.0)
     # KL ≥ 0 (Gibbs); nearly equal rows otherwise sum to ~−1e-16, and √δ of that fails
     return np.maximum(terms.sum(axis=-1), 0.0)
 

@@ -50,7 +50,7 @@ from scipy.special import log_softmax, logsumexp
 
 from .errors import InputError
 from .mdp import check_distribution_rows
-from .policy import kl_rows
+from .policy import kl_rows, kl_rows_log
 
 __all__ = ["AlignTrace", "ProjectionResult", "align_distill", "project_geometric",
            "probe_distribution", "probe_kl", "geometric_path"]
@@ -151,17 +151,13 @@ def align_distill(pi_old, init, nu, delta_align: float, *, lr: float | None = No
         raise InputError(f"lr must be > 0, got {lr}")
 
     m = nu > 0
-    with np.errstate(divide="ignore"):
-        log_old = np.log(pi_old)
 
     def at(theta):
         """``(π_θ, KL_s(π_old‖π_θ) per state)`` from log-softmax: ``π_θ`` itself can be
         subnormal (a logit gap of 744 gives 1e-323, with 2 significant bits), and a KL from
         it would not move under steps that move ``θ``."""
         logq = log_softmax(theta, axis=1)
-        with np.errstate(invalid="ignore"):
-            kl = np.maximum(np.where(pi_old > 0, pi_old * (log_old - logq), 0.0).sum(1), 0.0)
-        return np.exp(logq), kl
+        return np.exp(logq), kl_rows_log(pi_old, logq)
 
     def D(kl):
         return float(nu[m] @ kl[m])

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from sat_llm.team import LLMConfig, LLMTeam, RolloutMismatchError  # noqa: E402
+from sat_llm.team import LLMConfig, LLMTeam, RolloutMismatchError, stop_ids  # noqa: E402
 from sat_llm.vllm_engine import base_state_dict  # noqa: E402
 from sat_theory.algorithm import RunState, TrainConfig, run_stage  # noqa: E402
 from sat_theory.errors import InputError  # noqa: E402
@@ -133,7 +133,7 @@ def test_a_held_back_stop_token_is_appended_and_rescored(monkeypatch):
     """Older vLLM versions leave the stop token out of ``token_ids``: the engine appends it
     and reports no log-probs for that call; the team rescores those messages."""
     team, _ = vllm_team(monkeypatch, max_new_tokens=40)
-    stop = set(team_stop(team))
+    stop = set(stop_ids(team.tokenizer(0)))
     monkeypatch.setattr(fake_vllm, "HOLD_BACK_STOP", True)
     b = team.rollout(2, 2)
     msgs = [list(t.action) for e in b.episodes for t in e.turns]
@@ -143,12 +143,6 @@ def test_a_held_back_stop_token_is_appended_and_rescored(monkeypatch):
     for e in b.episodes:  # the behaviour log-probs are the training model's own
         for t in e.turns:
             assert np.isfinite(t.logp)
-
-
-def team_stop(team):
-    from sat_llm.team import stop_ids
-
-    return stop_ids(team.tokenizer(0))
 
 
 def test_vllm_engine_needs_vllm_and_cuda(monkeypatch):
