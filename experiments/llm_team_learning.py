@@ -286,14 +286,66 @@ def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int) -> Path:
 
 
 # ------------------------------------------------------------------ report
-def read_eval(path: Path) -> dict[int, float]:
-    """``{problem id: score}`` of one ``eval_{k}.jsonl``."""
+#: the two scorings of every held-out record (sat_llm.tasks.Task.score / strict_score)
+SCORINGS = ("lenient", "strict")
+
+
+def read_eval(path: Path, scoring: str = "lenient") -> dict[int, float]:
+    """``{problem id: score}`` of one ``eval_{k}.jsonl`` under ``scoring`` (:data:`SCORINGS`:
+    ``lenient`` is the task's score, the record's ``score``; ``strict`` needs an ``Answer:
+    <value>`` line whose value is right — files from before it was recorded need
+    :func:`rescore` first)."""
+    if scoring not in SCORINGS:
+        raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}")
     out = {}
     for line in path.read_text().splitlines():
         if line.strip():
             r = json.loads(line)
-            out[int(r["id"])] = float(r["score"])
+            if scoring == "strict" and "strict" not in r:
+                raise SystemExit(f"{path} has no strict scores: run --rescore first")
+            out[int(r["id"])] = float(r["score" if scoring == "lenient" else "strict"])
     return out
+
+
+def _task_of(d: Path):
+    """The task of a run folder, from its ``study.json`` (the study's arithmetic settings)."""
+    from sat_llm.tasks import make_task
+
+    st = json.loads((d / "study.json").read_text())["study"]
+    return make_task("arithmetic", lo=st["lo"], hi=st["hi"], ops=st["ops"])
+
+
+def rescore_record(task, r: dict) -> dict:
+    """One held-out record scored again from its saved final message: ``score``/``correct``/
+    ``lenient`` (the task's score with today's parser), ``strict`` and ``format_ok``."""
+    from sat_llm.tasks import Problem
+
+    p, final = Problem(r["prompt"], r["answer"]), r["final"]
+    score = float(task.score(p, final))
+    return {**r, "score": score, "correct": score == 1.0, "lenient": score,
+            "strict": float(task.strict_score(p, final)), "format_ok": task.format_ok(final)}
+
+
+def rescore(out: Path) -> dict:
+    """Re-score every ``eval_*.jsonl`` of every run under ``out`` (recursively) from the
+    saved final messages, no retraining: each record gets ``lenient``/``strict``/
+    ``format_ok`` and its ``score`` recomputed (files rewritten atomically). Returns counts:
+    files, records, and records whose lenient score changed (the parser fix of
+    :func:`sat_llm.tasks.answer_value`)."""
+    counts = dict(files=0, records=0, lenient_changed=0)
+    for meta in sorted(out.rglob("study.json")):
+        d = meta.parent
+        task = _task_of(d)
+        for f in sorted(d.glob("eval_*.jsonl")):
+            recs = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+            new = [rescore_record(task, r) for r in recs]
+            counts["files"] += 1
+            counts["records"] += len(new)
+            counts["lenient_changed"] += sum(a["score"] != b["score"] for a, b in zip(recs, new, strict=True))
+            tmp = f.with_name(f".{f.name}.tmp")
+            tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in new))
+            os.replace(tmp, f)
+    return counts
 
 
 def paired_bootstrap(before: dict, after: dict, *, reps: int = 10000, seed: int = 0):
@@ -542,6 +594,9 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed (≥ 0)")
     p.add_argument("--resume", action="store_true", help="continue a killed run")
     p.add_argument("--report", action="store_true", help="summarise every finished run in --out")
+    p.add_argument("--rescore", action="store_true",
+                   help="re-score every run's eval files under --out from their saved final "
+                        "messages (strict, lenient, format_ok)")
     p.add_argument("--stages", type=int, default=None,
                    help="override the method's stage count (smoke tests)")
     p.add_argument("--out", default="figures/llm_team_learning", help="study folder")
@@ -555,6 +610,9 @@ def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if a.rescore:
+        print(json.dumps(rescore(out)))
+        return 0
     if a.report:
         return report(out)
     if a.method is None:

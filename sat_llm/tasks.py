@@ -46,7 +46,7 @@ from sat_theory.errors import InputError
 __all__ = ["Problem", "Task", "TASKS", "make_task", "validate_plan", "math_equal",
            "extract_answer", "bulls_cows", "ArithmeticTask", "CountdownTask", "GuessTask",
            "BlocksworldTask", "CopyTask", "DatasetTask", "CHECKERS", "exact_equal",
-           "math_verify_equal", "plain_integer"]
+           "math_verify_equal", "plain_integer", "answer_value"]
 
 ANSWER_HINT = "End your message with a line 'Answer: <answer>'."
 
@@ -63,11 +63,26 @@ class Problem:
     meta: dict = field(default_factory=dict)
 
 
+_ANSWER = re.compile(r"answer\s*[:=]", flags=re.IGNORECASE)
+
+
+def answer_value(text: str) -> str | None:
+    """The value of the last ``Answer:`` in ``text``: what follows it up to the end of its
+    line, stripped (``"Answer: 1 + 7 = 8. Answer: 9"`` → ``"9"``); ``None`` when the text has
+    no ``Answer:``. (A greedy ``Answer:(.*)`` would return the text after the *first* one on
+    the line.)"""
+    last = None
+    for last in _ANSWER.finditer(text):  # noqa: B007  (the last match is the one we want)
+        pass
+    return None if last is None else text[last.end():].split("\n", 1)[0].strip()
+
+
 def extract_answer(text: str) -> str:
-    """The text after the last ``Answer:`` (up to the line end), else the last non-empty line."""
-    hits = re.findall(r"answer\s*[:=]\s*(.*)", text, flags=re.IGNORECASE)
-    if hits:
-        return hits[-1].strip()
+    """The answer a lenient scorer reads: the value of the last ``Answer:``
+    (:func:`answer_value`), else the last non-empty line."""
+    value = answer_value(text)
+    if value is not None:
+        return value
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1] if lines else ""
 
@@ -84,6 +99,9 @@ class Task:
 
     name = "task"
     multi_turn = False
+    #: the prompt asks for a final ``Answer: <value>`` line (:data:`ANSWER_HINT`): such a task
+    #: has a strict score (:meth:`strict_score`) and a format flag (:meth:`format_ok`)
+    answer_line = False
 
     def _generate(self, rng: random.Random) -> Problem:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -133,6 +151,31 @@ class Task:
     def score(self, problem: Problem, final_message: str) -> float:  # pragma: no cover
         raise NotImplementedError
 
+    def answer_ok(self, value: str) -> bool:
+        """Whether an ``Answer:`` line's value has the form the task asks for (default:
+        non-empty)."""
+        return value != ""
+
+    def format_ok(self, final_message: str) -> bool | None:
+        """Whether the final message follows the answer format: its last ``Answer:`` has a
+        value of the task's form on its line (:func:`answer_value`, :meth:`answer_ok`);
+        ``None`` for a task without an answer line."""
+        if not self.answer_line:
+            return None
+        value = answer_value(final_message)
+        return value is not None and self.answer_ok(value)
+
+    def strict_score(self, problem: Problem, final_message: str) -> float:
+        """The score under the format the prompt asks for: the task's score of the last
+        ``Answer:`` line's value alone, 0 when the format is not followed (:meth:`format_ok`).
+        :meth:`score` is the lenient score (it falls back to the last line). A task without
+        an answer line has one score: :meth:`score`."""
+        if not self.answer_line:
+            return self.score(problem, final_message)
+        if not self.format_ok(final_message):
+            return 0.0
+        return self.score(problem, f"Answer: {answer_value(final_message)}")
+
     def user_problem(self, prompt: str, answer=None) -> Problem:
         """A problem typed by a user (``sat team``): the prompt as given and the answer
         (``None``: unscored) in the form :meth:`score` compares against."""
@@ -153,9 +196,10 @@ class ArithmeticTask(Task):
     one-digit operands (``digits=1``) only 243."""
 
     name = "arithmetic"
+    answer_line = True
 
     def __init__(self, digits: int | None = None, ops: str = "+-*", lo: int | None = None,
-                 hi: int | None = None):
+                 hi: int | None = None, validation: int = 0, heldout: str = "test"):
         if digits is not None and lo is not None:
             raise InputError("arithmetic takes digits or lo/hi, not both")
         if digits is None and lo is None:  # the learning study's task: operands 0..9
@@ -171,7 +215,47 @@ class ArithmeticTask(Task):
             lo, hi = 10 ** (digits - 1), 10 ** digits - 1
         if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi):
             raise InputError(f"arithmetic needs integers 0 <= lo <= hi, got lo={lo}, hi={hi}")
+        if not (isinstance(validation, int) and validation >= 0):
+            raise InputError(f"arithmetic validation must be an integer >= 0, got {validation!r}")
+        if heldout not in ("test", "validation"):
+            raise InputError(f"arithmetic heldout must be 'test' or 'validation', got {heldout!r}")
+        if heldout == "validation" and validation < 1:
+            raise InputError("arithmetic heldout='validation' needs validation >= 1 problems")
         self.digits, self.ops, self.lo, self.hi = digits, ops, lo, hi
+        self.validation, self.heldout = validation, heldout
+
+    def problems(self, split, n, seed=0, exclude=None):
+        """:meth:`Task.problems`, with ``validation = V > 0``: the first ``V`` distinct
+        problems of the train stream are a validation set ``𝒱``; the train split is the
+        next ``n`` (never in ``𝒱``); the eval split is ``𝒱`` (its first ``n``) when
+        ``heldout="validation"``, else the usual held-out problems with ``𝒱`` also excluded.
+        So a run with ``validation=V, n_train=N−V`` trains on the last ``N−V`` problems of
+        the ``N``-problem pool of a run without validation, and its test set (``heldout=
+        "test"``) is that run's held-out set: learning rates are chosen on ``𝒱`` without
+        training or choosing on the held-out problems."""
+        if not self.validation:
+            return super().problems(split, n, seed, exclude)
+        V = super().problems("train", self.validation, seed)
+        if split == "train":
+            return super().problems("train", self.validation + n, seed)[self.validation:]
+        if self.heldout == "validation":
+            if n > len(V):
+                raise InputError(f"arithmetic has {len(V)} validation problems, asked for {n}")
+            return V[:n]
+        return super().problems(split, n, seed, {*(exclude or ()), *(p.prompt for p in V)})
+
+    def check_sizes(self, n_train: int, n_eval: int) -> None:
+        if self.heldout == "validation":
+            super().check_sizes(self.validation + n_train, 0)
+            if n_eval > self.validation:
+                raise InputError(f"arithmetic has {self.validation} validation problems, fewer "
+                                 f"than --n-eval {n_eval}")
+        else:
+            super().check_sizes(self.validation + n_train, n_eval)
+
+    def answer_ok(self, value: str) -> bool:
+        """An integer written plainly (:func:`plain_integer`; one trailing ``.`` allowed)."""
+        return plain_integer(value.removesuffix(".")) is not None
 
     def capacity(self) -> int:
         """Number of distinct problems: ``(hi − lo + 1)² · |ops|``."""
@@ -215,6 +299,7 @@ class CountdownTask(Task):
     """Reach ``target`` from ``count`` numbers in [1, ``max_number``], each used at most once."""
 
     name = "countdown"
+    answer_line = True
 
     def __init__(self, count: int = 3, max_number: int = 20):
         if count < 2:
@@ -567,6 +652,7 @@ class DatasetTask(Task):
     is refused (a resumed run must see the same problems)."""
 
     name = "dataset"
+    answer_line = True
 
     def __init__(self, path: str | None, prompt_column: str | None = None,
                  answer_column: str | None = None, split: str | None = None,

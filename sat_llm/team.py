@@ -315,13 +315,18 @@ class EpisodeLoop:
         """Per-problem results of the latest held-out evaluation (what ``eval_{k}.jsonl``
         holds, so anyone can recompute the accuracy): ``id`` (index in the held-out set),
         ``prompt``, ``answer``, ``final`` (the last agent's message, which is scored),
-        ``score`` and ``correct`` (``score == 1``). Empty before the first evaluation."""
+        ``score`` and ``correct`` (``score == 1``: the task's lenient score, :meth:`Task.score`),
+        ``lenient`` (= ``score``), ``strict`` (:meth:`Task.strict_score`: an ``Answer:
+        <value>`` line whose value is right) and ``format_ok`` (:meth:`Task.format_ok`; ``None``
+        for a task without an answer line). Empty before the first evaluation."""
         out = []
         for i, (p, (hist, score)) in enumerate(zip(self.eval_set, getattr(self, "last_eval", []),
                                                     strict=False)):
             final = next((txt for who, txt in reversed(hist) if who.startswith("agent")), "")
             out.append(dict(id=i, prompt=p.prompt, answer=p.answer, final=final,
-                            score=float(score), correct=bool(score == 1.0)))
+                            score=float(score), correct=bool(score == 1.0), lenient=float(score),
+                            strict=float(self.task.strict_score(p, final)),
+                            format_ok=self.task.format_ok(final)))
         return out
 
     # ------------------------------------------------------------ runner hooks

@@ -122,3 +122,70 @@ def test_user_problems_take_the_training_form():
     with pytest.raises(InputError, match="cannot be checked"):
         make_task("countdown").user_problem("Reach 10 from [2, 5]", "2*5")
     assert make_task("copy").user_problem("Repeat exactly: ab", " ab ").answer == "ab"
+
+
+def test_extract_answer_reads_the_last_answer_on_its_line():
+    """The value of the *last* ``Answer:``, up to its line's end: the old greedy
+    ``Answer:(.*)`` returned ``"1 + 7 = 8. Answer: 9"`` here (the text after the first)."""
+    from sat_llm.tasks import answer_value
+
+    assert extract_answer("Answer: 1 + 7 = 8. Answer: 9") == "9"
+    assert answer_value("Answer: 1 + 7 = 8. Answer: 9") == "9"
+    assert answer_value("Answer: 5\nthen more\nAnswer: 6 apples\nbye") == "6 apples"
+    assert answer_value("no answer line here") is None
+    assert extract_answer("Answer: 12\n\nThe answer is 13") == "12"  # "answer is" is no Answer:
+    from sat_llm.tasks import Problem
+
+    # countdown evaluates the answer's expression: "9" (the last Answer:) reaches 9 from [9, 1]
+    p = Problem("reach 9 from [9, 1]", 9, {"numbers": [9, 1]})
+    assert make_task("countdown").score(p, "Answer: 1 + 7 = 8. Answer: 9") == 1.0
+
+
+@pytest.mark.parametrize("final, lenient, strict, fmt", [
+    ("Answer: 11", 1.0, 1.0, True),
+    ("Answer: 11.", 1.0, 1.0, True),
+    ("Answer: 8 + 3 = 11", 1.0, 0.0, False),   # right, but not an Answer: <int> line
+    ("8 + 3 = 11", 1.0, 0.0, False),           # no Answer: line: the lenient last-line rule
+    ("Answer: 12", 0.0, 0.0, True),            # the format, a wrong value
+    ("Answer: 1 + 7 = 8. Answer: 11", 1.0, 1.0, True),
+    ("Answer: 11\n\nThe answer is", 1.0, 1.0, True),
+    ("8 + 3 = 11, which is the sum of 8", 0.0, 0.0, False),
+])
+def test_arithmetic_strict_lenient_and_format(final, lenient, strict, fmt):
+    from sat_llm.tasks import Problem
+
+    t = make_task("arithmetic")
+    p = Problem("Compute 8 + 3.", 11)
+    assert (t.score(p, final), t.strict_score(p, final), t.format_ok(final)) == (lenient, strict, fmt)
+
+
+def test_tasks_without_an_answer_line_have_one_score():
+    t = make_task("copy", length=3)
+    p = t.problems("train", 1, 0)[0]
+    assert t.format_ok(p.answer) is None and t.strict_score(p, p.answer) == t.score(p, p.answer) == 1.0
+
+
+def test_arithmetic_validation_split_is_disjoint_and_keeps_the_test_set():
+    """``validation=V``: train on the pool's last N−V problems, validate on its first V; the
+    test set is the run-without-validation's held-out set, untouched by either."""
+    from sat_llm.team import task_setup
+
+    class Cfg:
+        task, prompts, agents, router, turns, reasoning_tags = "arithmetic", None, 1, "round-robin", 0, False
+        n_train, n_eval, seed = 100, 200, 3
+        task_options = {}
+
+    _, _, pool, test = task_setup(Cfg)
+    Cfg.task_options, Cfg.n_train, Cfg.n_eval = dict(validation=50, heldout="validation"), 50, 50
+    _, _, tune_pool, val = task_setup(Cfg)
+    Cfg.task_options, Cfg.n_eval = dict(validation=50), 200
+    _, _, tune_pool2, test2 = task_setup(Cfg)
+    prompts = lambda ps: [p.prompt for p in ps]  # noqa: E731
+    assert prompts(val) == prompts(pool[:50]) and prompts(tune_pool) == prompts(pool[50:])
+    assert prompts(tune_pool2) == prompts(tune_pool) and prompts(test2) == prompts(test)
+    assert not set(prompts(val)) & set(prompts(test)) and not set(prompts(val)) & set(prompts(tune_pool))
+    with pytest.raises(InputError, match="validation problems"):
+        Cfg.task_options, Cfg.n_eval = dict(validation=50, heldout="validation"), 60
+        task_setup(Cfg)
+    with pytest.raises(InputError, match="heldout"):
+        make_task("arithmetic", heldout="validation")

@@ -1,0 +1,121 @@
+"""Headline metrics of a held-out learning curve, with paired intervals over problems.
+
+A run's held-out evaluations on one schedule form a 0/1 matrix ``S`` of shape ``(K, n)``:
+checkpoint ``k`` (``k = 0`` the untrained model), problem ``i``. With the accuracy curve
+``a_k = (1/n) Σ_i S[k, i]``:
+
+- ``auc = (1/K) Σ_k a_k``: the area under the held-out curve, as the mean accuracy over the
+  checkpoints (every method on the same checkpoints of the sampled-message budget);
+- ``final = a_{K−1}``; ``best = max_k a_k``; ``drawdown = best − final``;
+- ``worst_drop = max(0, max_k (a_k − a_{k+1}))``: the largest fall between two consecutive
+  checkpoints;
+- ``below_untrained = #{k ≥ 1 : a_k < a_0} / (K − 1)``: the fraction of checkpoints worse than
+  the untrained model.
+
+Intervals: a paired bootstrap over problems (:func:`bootstrap`): the same resampled problem
+indices are applied to every checkpoint of both runs, so the problem-difficulty variance
+cancels in a difference; the 95% percentile interval of ``metric(A[:, idx]) −
+metric(B[:, idx])``. Finals are also compared by McNemar's exact test (:func:`mcnemar_exact`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["curve_metrics", "METRICS", "bootstrap", "mcnemar_exact", "compare_runs",
+           "common_checkpoints"]
+
+#: metric name -> function of the accuracy curves ``acc`` (..., K) -> (...)
+METRICS = {
+    "auc": lambda acc: acc.mean(-1),
+    "final": lambda acc: acc[..., -1],
+    "best": lambda acc: acc.max(-1),
+    "drawdown": lambda acc: acc.max(-1) - acc[..., -1],
+    "worst_drop": lambda acc: (np.maximum((acc[..., :-1] - acc[..., 1:]).max(-1), 0.0)
+                               if acc.shape[-1] > 1 else np.zeros(acc.shape[:-1])),
+    "below_untrained": lambda acc: ((acc[..., 1:] < acc[..., :1]).mean(-1)
+                                    if acc.shape[-1] > 1 else np.zeros(acc.shape[:-1])),
+}
+
+
+def _matrix(S) -> np.ndarray:
+    S = np.asarray(S, dtype=np.float64)
+    if S.ndim != 2 or S.shape[0] < 1 or S.shape[1] < 1:
+        raise ValueError(f"need a (checkpoints, problems) score matrix, got shape {S.shape}")
+    return S
+
+
+def curve_metrics(S) -> dict[str, float]:
+    """Every metric of :data:`METRICS` of one run's score matrix ``S`` (K, n)."""
+    acc = _matrix(S).mean(1)
+    return {name: float(f(acc)) for name, f in METRICS.items()}
+
+
+def bootstrap(S_a, S_b=None, *, reps: int = 10000, seed: int = 0) -> dict[str, tuple]:
+    """``{metric: (value, lo, hi)}``: the metric of run ``a`` (or, with ``S_b``, of ``a`` minus
+    ``b`` on the same problems and checkpoints) and its paired-bootstrap 95% percentile
+    interval over problems (``reps`` resamples of the ``n`` problem indices with
+    replacement, shared by both runs and all checkpoints)."""
+    A = _matrix(S_a)
+    B = None if S_b is None else _matrix(S_b)
+    if B is not None and B.shape != A.shape:
+        raise ValueError(f"paired runs need the same checkpoints and problems: {A.shape} vs {B.shape}")
+    n = A.shape[1]
+    idx = np.random.default_rng(seed).integers(0, n, size=(reps, n))
+    # (reps, K) resampled accuracy curves: the mean over the resampled problems per checkpoint
+    boot_a = A[:, idx].mean(-1).T
+    boot_b = None if B is None else B[:, idx].mean(-1).T
+    out = {}
+    for name, f in METRICS.items():
+        value = f(A.mean(1)) - (0.0 if B is None else f(B.mean(1)))
+        draws = f(boot_a) - (0.0 if boot_b is None else f(boot_b))
+        lo, hi = np.percentile(draws, [2.5, 97.5])
+        out[name] = (float(value), float(lo), float(hi))
+    return out
+
+
+def mcnemar_exact(a, b) -> float:
+    """Two-sided exact McNemar p-value of paired 0/1 outcomes ``a``, ``b`` (same problems):
+    with ``n10 = #(a right, b wrong)`` and ``n01 = #(a wrong, b right)``, under H0 the
+    discordant pairs split Binomial(``n10 + n01``, 1/2), and
+    ``p = min(1, 2 · P[X ≤ min(n10, n01)])`` (1 when there are no discordant pairs)."""
+    a, b = np.asarray(a) > 0.5, np.asarray(b) > 0.5
+    if a.shape != b.shape:
+        raise ValueError("paired outcomes need the same problems")
+    n10, n01 = int(np.sum(a & ~b)), int(np.sum(~a & b))
+    m, k = n10 + n01, min(n10, n01)
+    if m == 0:
+        return 1.0
+    tail = sum(math.comb(m, j) for j in range(k + 1)) / 2 ** m
+    return float(min(1.0, 2 * tail))
+
+
+def compare_runs(S_a, S_b, *, reps: int = 10000, seed: int = 0) -> dict:
+    """``a − b`` for every metric with its paired CI (:func:`bootstrap`), each run's own
+    metrics and the McNemar p-value of the finals."""
+    diff = bootstrap(S_a, S_b, reps=reps, seed=seed)
+    return dict(a=curve_metrics(S_a), b=curve_metrics(S_b), diff=diff,
+                mcnemar_p=mcnemar_exact(np.asarray(S_a)[-1], np.asarray(S_b)[-1]))
+
+
+def common_checkpoints(budgets: list[dict[int, float]], grid: float, *, tol: float = 0.25):
+    """The checkpoints every run has on one budget grid: ``budgets[r] = {checkpoint: sampled
+    messages so far}``; returns, per grid point ``j·grid`` (``j = 0, 1, …``) that every run
+    reaches within ``tol·grid``, each run's nearest checkpoint: ``[[k_r0, k_r1, ...], ...]``
+    (one row per grid point, one column per run), in budget order."""
+    if grid <= 0:
+        raise ValueError("grid must be > 0")
+    top = min(max(b.values()) for b in budgets)
+    rows = []
+    for j in range(int(math.floor(top / grid + tol)) + 1):
+        target, row = j * grid, []
+        for b in budgets:
+            k = min(b, key=lambda c: abs(b[c] - target))
+            if abs(b[k] - target) > tol * grid:
+                break
+            row.append(k)
+        else:
+            rows.append(row)
+    return rows
