@@ -100,6 +100,10 @@ class TrainConfig:
 
     method: str = _f("sat", "method preset: sat | naive | joint | no-tr | happo")
     stages: int = _f(10, "number of stages K (each updates every agent once)")
+    eval_every: int = _f(1, "held-out evaluation (team.evaluate(), eval_{k}.jsonl, J_before/"
+                         "J_after of the stage records) before training, after every "
+                         "eval_every-th stage and after the last; the other stage records "
+                         "carry None there (1: after every stage)")
     delta: float = _f(0.01, "trust-region radius δ_i for every agent (TeamTR §5: δ_i = 0.01)")
     delta_per_agent: tuple | None = _f(None, "per-agent radii δ_j (overrides delta)")
     trust_region: str | None = _f(None, "fixed | adaptive (adaptive δ) | none")
@@ -166,6 +170,13 @@ class TrainConfig:
                              f"(stages 0..{self.stages - 1}); the swap would never happen")
         if self.fixed_order is not None:
             self.fixed_order = tuple(int(x) for x in self.fixed_order)
+        if self.eval_every > 1 and self.trust_region == "adaptive":
+            raise InputError("eval_every > 1 cannot go with adaptive δ (trust_region adaptive "
+                             "evaluates the team after every step)")
+
+    def evaluates_at(self, k: int) -> bool:
+        """Whether the held-out score is measured after ``k`` stages (``eval_every``)."""
+        return k == 0 or k % self.eval_every == 0 or k == self.stages
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -191,6 +202,7 @@ class TrainConfig:
 #: None fields (A_clip, swap_stage, delta_align) may also be None. The CLI shows these.
 RANGES: dict[str, tuple] = {
     "stages": ("int", 0, None, True, False),
+    "eval_every": ("int", 1, None, True, False),
     "delta": ("float", 0.0, None, False, False),
     "resample_k": ("int", 1, None, True, False),
     "n_groups": ("int", 1, None, True, False),
@@ -568,10 +580,15 @@ class _Stage:
 
 
 
+#: ``run_stage(J_before=MEASURE)``: the stage measures its own starting score
+MEASURE = object()
+
+
 def run_stage(team: Team, cfg: TrainConfig, state: RunState, *,
               log: Callable[[dict], None] | None = None,
               on_step: Callable[[dict, dict], None] | None = None,
-              resume: dict | None = None) -> dict:
+              resume: dict | None = None, J_before: float | None | object = MEASURE,
+              evaluate_after: bool = True) -> dict:
     """One stage: every agent updated once (module docstring). Returns the stage record.
 
     ``log(record)`` receives every step record and then the stage record (the caller writes
@@ -584,21 +601,27 @@ def run_stage(team: Team, cfg: TrainConfig, state: RunState, *,
     score ``J_last``. ``resume=position`` continues the stage from there; with the team
     restored to the same state the rest of the stage is exactly the uninterrupted one's.
     ``state.stage`` numbers the stage and is incremented at the end.
+
+    ``J_before``: the held-out score the stage starts from when the caller knows it (the
+    runner: the previous stage's ``J_after``; ``None``: not measured, ``eval_every``);
+    default: ``team.evaluate()`` now. ``evaluate_after=False`` skips the stage's closing
+    ``team.evaluate()``: the record's ``J_after`` is then ``None``.
     """
     log = log or (lambda r: None)
     n = team.n_agents
     st = _Stage(team, cfg, state, state.stage)
     if resume is None:
-        J_before = float(team.evaluate())
+        if J_before is MEASURE or (J_before is None and cfg.trust_region == "adaptive"):
+            J_before = float(team.evaluate())  # adaptive δ compares every step with it
         order: list[int] = ([] if cfg.order == "greedy"
                             else choose_order(cfg.order, n, state.rng, cfg.fixed_order))
         first, steps = 0, []
         st.J_last = J_before
     else:
-        J_before = float(resume["J_before"])
+        J_before = None if resume["J_before"] is None else float(resume["J_before"])
         first, order, steps = int(resume["step"]), list(resume["order"]), list(resume["steps"])
         st.start = list(resume["start"])
-        st.J_last = float(resume["J_last"])
+        st.J_last = None if resume["J_last"] is None else float(resume["J_last"])
         if resume["batch"] is not None:
             st.batch = resume["batch"]
             st.adv, st.adv_stats = ((None, {}) if st.batch.exact
@@ -623,7 +646,7 @@ def run_stage(team: Team, cfg: TrainConfig, state: RunState, *,
                                      start=st.start, batch=st.batch if keep else None,
                                      updated=dict(st.updated) if keep else {},
                                      J_before=J_before, J_last=st.J_last))
-    rec = _stage_record(st, order[:n], steps, J_before)
+    rec = _stage_record(st, order[:n], steps, J_before, evaluate_after)
     log(rec)
     state.stage += 1
     return rec
@@ -646,10 +669,11 @@ def _greedy_step(st: _Stage, i: int, remaining: list[int]) -> _StepResult:
     return best
 
 
-def _stage_record(st: _Stage, order: list[int], steps: list[dict], J_before: float) -> dict:
+def _stage_record(st: _Stage, order: list[int], steps: list[dict], J_before: float | None,
+                  evaluate_after: bool = True) -> dict:
     team, cfg = st.team, st.cfg
     gamma = float(team.gamma)
-    J_after = float(team.evaluate())
+    J_after = float(team.evaluate()) if evaluate_after else None
     rec: dict = dict(kind="stage", stage=st.stage, order=list(order), method=cfg.method,
                      J_before=J_before, J_after=J_after)
     hook = getattr(team, "exact_stage_terms", None)
@@ -668,14 +692,16 @@ def _stage_record(st: _Stage, order: list[int], steps: list[dict], J_before: flo
         A_max = exact["A_max"]
     else:
         A_max = getattr(team, "advantage_bound", None)
-        rec.update(true_improvement=J_after - J_before, lower_bound_source="estimated",
+        measured = J_after is not None and J_before is not None
+        rec.update(true_improvement=J_after - J_before if measured else None,
+                   lower_bound_source="estimated",
                    A_max=A_max, c=penalty_constant(gamma, A_max) if A_max is not None and gamma < 1 else None,
                    lower_bound=(stage_lower_bound(L_hat, d_hat, z_hat, gamma, A_max)
                                 if A_max is not None and gamma < 1 else None))
         for k in ("lower_bound_max", "lower_bound_stale", "lower_bound_fnorm", "lower_bound_tv"):
             rec[k] = None
         lb = rec["lower_bound"]
-        rec["holds"] = None if lb is None or not math.isfinite(lb) else bool(
+        rec["holds"] = None if lb is None or not math.isfinite(lb) or not measured else bool(
             rec["true_improvement"] >= lb - 1e-9 * (1 + abs(lb)))
         rec["violated"] = [] if rec["holds"] in (None, True) else ["lower_bound"]
     rec["surrogate_sum"] = float(np.sum(L_hat))

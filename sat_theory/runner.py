@@ -25,7 +25,8 @@ Run folder (``--out DIR``):
 - ``policies/stage{k}.<ext>`` (``--save-policies``) — the team's policy at the start of stage
   k (after a swap; ``stage{k}_preswap`` before it; ``stage{K}`` final), via ``team.save``.
 - ``eval_{k}.jsonl`` — per-problem held-out results after ``k`` stages (``0``: the untrained
-  team) when the team has ``eval_records()``; ``eval_{k}_swap.jsonl`` right after a
+  team; with ``eval_every`` only where the team is evaluated: ``k = 0``, every
+  ``eval_every``-th and the last) when the team has ``eval_records()``; ``eval_{k}_swap.jsonl`` right after a
   plug-and-play swap before stage ``k``.
 - ``tb/``, ``wandb/``, ``mlruns/`` — the trackers of ``--report-to`` (:mod:`sat_theory.tracking`:
   the records mirrored once a checkpoint covers them; default ``tensorboard`` when installed).
@@ -39,7 +40,8 @@ Resume (``--resume DIR``): lock, drop records beyond the checkpoint's count (the
 a step that is redone), restore, continue. Every record then equals the uninterrupted run's
 but for ``seconds``. A folder whose run was killed before its first checkpoint restarts from
 the beginning. A new run into a folder holding a run is refused unless ``--overwrite``
-(which first removes the run's files listed in :data:`RUN_FILES`).
+(which first removes the run's files listed in :data:`RUN_FILES`, and only from a folder
+carrying the run marker ``.sat-run``; :mod:`sat_theory.ownership`).
 """
 
 from __future__ import annotations
@@ -49,7 +51,6 @@ import importlib
 import json
 import math
 import os
-import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -61,6 +62,16 @@ from .algorithm import RunState, TrainConfig, run_stage, swap_agent
 from .checkpoint import load_state, save_state, write_atomic
 from .errors import InputError
 from .metrics import RunWriter, write_json_atomic
+from .ownership import (
+    RUN_ENTRIES,
+    RUN_MARKER,
+    check_out,
+    is_run_entry,
+    read_marker,
+    remove_run_entries,
+    run_temp_files,
+    write_marker,
+)
 from .progress import bar as progress_bar
 from .progress import note
 from .tracking import check_installed, default_report_to, parse_report_to
@@ -71,8 +82,7 @@ __all__ = ["Runner", "RunFolder", "BACKENDS", "load_backend", "CHECKPOINT", "RUN
 CHECKPOINT = "checkpoint.safetensors"
 LOCK = ".lock"
 #: what a run writes into its folder (``--overwrite`` removes exactly these)
-RUN_FILES = ("config.json", "metrics.jsonl", CHECKPOINT, "policies", "agents", "eval_*.jsonl",
-             ".*.tmp*", "tb", "wandb", "mlruns")
+RUN_FILES = RUN_ENTRIES  # and eval_{k}[_swap].jsonl, exact temp names (ownership.is_run_entry)
 #: backend name -> "module:attribute" of its backend object (imported on use)
 BACKENDS = {"tabular": "sat_theory.commands.train:TabularBackend",
             "llm": "sat_llm.train:LLMBackend"}
@@ -111,6 +121,8 @@ class RunFolder:
     def __enter__(self):
         if self.path.exists() and not self.path.is_dir():
             raise InputError(f"--out {self.path} is a file, not a folder")
+        self._made_dir = not self.path.exists()
+        self._made_lock = not (self.path / LOCK).exists()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
@@ -126,28 +138,48 @@ class RunFolder:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
-        for tmp in self.path.glob(".*.tmp*"):  # left by a writer that was killed
-            if tmp.is_file():
-                tmp.unlink()
         return self
 
     def __exit__(self, *exc):
-        if self._fd is not None:
-            os.close(self._fd)  # releases the lock
-            self._fd = None
+        if self._fd is None:
+            return
+        try:  # a refused or failed start leaves the folder as it found it
+            if self._made_lock and read_marker(self.path) != "run":
+                (self.path / LOCK).unlink(missing_ok=True)
+                if self._made_dir and not any(self.path.iterdir()):
+                    self.path.rmdir()
+        except OSError:
+            pass
+        os.close(self._fd)  # releases the lock
+        self._fd = None
+
+    def remove_temp_files(self) -> None:
+        """Delete the torn temporary files of a killed writer (exact names only; the caller
+        holds the lock and has checked that the folder is a run)."""
+        for tmp in run_temp_files(self.path):
+            tmp.unlink(missing_ok=True)
 
     def has_run(self) -> bool:
         return any((self.path / n).exists() for n in ("config.json", "metrics.jsonl", CHECKPOINT))
 
     def claim(self, overwrite: bool) -> None:
         """Make the folder ready for a fresh run: refuse one holding a run unless
-        ``overwrite``, which removes the run's files (:data:`RUN_FILES`) first."""
+        ``overwrite``, which removes the run's files (:data:`RUN_FILES`) first — only from a
+        folder with our marker; a folder inside or above a run or export, or holding
+        run-named files of something else, is refused and nothing is deleted."""
+        check_out(self.path, kind="run")
         if self.has_run() and not overwrite:
             raise InputError(f"{self.path} holds a run already; use --resume {self.path} to "
                              "continue it or --overwrite to replace it")
-        for pattern in RUN_FILES:
-            for p in self.path.glob(pattern):
-                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        if read_marker(self.path) == "run":
+            remove_run_entries(self.path)  # a marked folder: ours to clear
+        else:
+            foreign = sorted(n for n in os.listdir(self.path) if is_run_entry(n))
+            if foreign:
+                raise InputError(f"{self.path} holds {', '.join(foreign[:4])} but is not a sat "
+                                 f"run folder (no {RUN_MARKER}); nothing was deleted; choose "
+                                 "another --out or remove them yourself")
+        write_marker(self.path, "run", RUN_ENTRIES)
 
     def config(self) -> dict:
         path = self.path / "config.json"
@@ -203,6 +235,9 @@ class Runner:
         self.state = RunState.initial(cfg, team.n_agents)
         self.n_records = 0
         self.J_start: float | None = None
+        #: the held-out score after the stages done so far (None: not measured there,
+        #: ``cfg.eval_every``); the next stage's ``J_before``
+        self.J_now: float | None = None
         self.swapped = False  # the swap before stage cfg.swap_stage is done
         self.bar = None
         if progress:
@@ -223,7 +258,7 @@ class Runner:
         if self.folder is not None:
             state = dict(team=self.team.state_dict(), run_state=self.state.to_dict(),
                          position=position, n_records=self.n_records, J_start=self.J_start,
-                         swapped=self.swapped)
+                         J_now=self.J_now, swapped=self.swapped)
             save_state(self.folder.path / CHECKPOINT, state)
         commit = getattr(self.writer, "commit", None)
         if commit is not None:
@@ -268,6 +303,10 @@ class Runner:
         self.n_records = int(ck["n_records"])
         self.J_start = ck["J_start"]
         self.swapped = bool(ck["swapped"])
+        if "J_now" in ck:
+            self.J_now = ck["J_now"]
+        elif self.J_start is not None:  # a checkpoint of a version that evaluated every stage
+            self.J_now = float(self.team.evaluate())
         if self.bar is not None:
             self.bar.update(self.state.stage * self.team.n_agents
                             + (ck["position"]["step"] if ck["position"] else 0))
@@ -280,24 +319,29 @@ class Runner:
         stages: list[dict] = []
         try:
             if self.J_start is None:
-                self.J_start = float(team.evaluate())
+                self.J_start = self.J_now = float(team.evaluate())
                 self._eval_file(0)
             while self.state.stage < cfg.stages:
                 k = self.state.stage
                 if position is None:  # the stage has not begun
                     if cfg.swap_stage == k and not self.swapped:
                         self._save_policy(f"stage{k}_preswap")  # the end of stage k−1
-                        self.log(swap_agent(team, cfg, self.state))
+                        swap = swap_agent(team, cfg, self.state)
+                        self.log(swap)
+                        self.J_now = swap["J_after_swap"]
                         self._eval_file(f"{k}_swap")  # per-problem: the shock's paired CI
                         self.swapped = True
                         self.checkpoint()
                     self._save_policy(f"stage{k}")
+                measure = cfg.evaluates_at(k + 1)
                 rec = run_stage(team, cfg, self.state, log=self.log, on_step=self.on_step,
-                                resume=position)
+                                resume=position, J_before=self.J_now, evaluate_after=measure)
                 position = None
                 self.swapped = False
+                self.J_now = rec["J_after"]
                 stages.append(rec)
-                self._eval_file(k + 1)
+                if measure:
+                    self._eval_file(k + 1)
                 self.checkpoint()
                 note(stage_line(rec))
                 if self.on_stage is not None:
@@ -306,7 +350,7 @@ class Runner:
         finally:
             if self.bar is not None:
                 self.bar.close()
-        J_end = float(team.evaluate())
+        J_end = self.J_now if self.J_now is not None else float(team.evaluate())
         lbs = [s["lower_bound"] for s in stages if s.get("lower_bound") is not None]
         return dict(J_start=self.J_start, J_end=J_end, stages=len(stages),
                     rollouts=self.state.rollouts, episodes=self.state.episodes,
@@ -360,6 +404,7 @@ def run_resume(args) -> tuple[dict, TrainConfig, object]:
     _terminate_as_interrupt()
     with RunFolder(args.resume) as folder:
         config = folder.config()
+        folder.remove_temp_files()  # the lock is held and the folder is a run
         name = config["backend"].get("backend") if isinstance(config["backend"], dict) else None
         backend = load_backend(name)
         if getattr(args, "backend_given", None) not in (None, name):

@@ -99,6 +99,7 @@ def add_arguments(p):
     _num(alg, "--agents", T["agents"], "number of agents (random envs: required size; "
          "otherwise checked)", default=None)
     _num(alg, "--stages", R["stages"], help_["stages"], default=10)
+    _num(alg, "--eval-every", R["eval_every"], help_["eval_every"], default=1)
     _num(alg, "--delta", R["delta"], help_["delta"] + " (default 0.01 tabular, 0.05 llm)",
          default=None)
     alg.add_argument("--delta-per-agent", default=None,
@@ -288,7 +289,8 @@ def build_config(args, n_agents: int, sampled: bool) -> TrainConfig:
         kw.update(n_groups=args.groups if args.groups is not None else 8,
                   group_size=args.group_size if args.group_size is not None else 8)
     return TrainConfig(
-        method=args.method, stages=args.stages, delta=args.delta, delta_per_agent=dpa,
+        method=args.method, stages=args.stages, eval_every=args.eval_every, delta=args.delta,
+        delta_per_agent=dpa,
         trust_region=args.trust_region, occupancy=args.occupancy, resample_k=args.resample_k,
         order=order, fixed_order=perm, normalize_std=not args.no_std_norm,
         A_clip=None if args.no_adv_clip else args.adv_clip, beta_init=args.beta,
@@ -312,6 +314,7 @@ def algorithm_values(alg: dict, *, sampled: bool) -> dict:
                  order=alg["fixed_order"] if alg["fixed_order"] else alg["order"],
                  no_std_norm=not alg["normalize_std"], no_adv_clip=alg["A_clip"] is None,
                  adv_clip=alg["A_clip"])
+        v["eval_every"] = alg.get("eval_every", 1)  # absent in runs of older versions
         if sampled:
             v.update(groups=alg["n_groups"], group_size=alg["group_size"])
     except KeyError as e:
