@@ -27,7 +27,8 @@ from .errors import InputError
 from .mdp import FactorizedMDP
 from .policy import TeamPolicy, joint_policy
 
-__all__ = ["group_advantages", "hoeffding_epsilon", "sat_epsilon", "dkw_epsilon", "empirical_stage_bound",
+__all__ = ["group_advantages", "hoeffding_epsilon", "sat_epsilon", "dkw_epsilon", "ratio_clipping_term",
+           "empirical_stage_bound",
            "sat_finite_sample_term", "group_mean_conditional_bias", "step_weight_ratio",
            "trajectory_weight_moment", "importance_weight_ess", "sample_trajectory_weights"]
 
@@ -75,10 +76,18 @@ def sat_epsilon(B: float, N: int, eta: float) -> float:
 
 
 def dkw_epsilon(N: int, eta: float) -> float:
-    """Probe-set relaxation ``ε(N, η) = sqrt(log(2/η) / (2N))`` (SAT, DKW)."""
+    """Probe-set relaxation ``ε(N, η) = sqrt(log(2/η) / (2N))`` (SAT, DKW): Massart's
+    ``Pr(sup_x |F_N(x) − F(x)| > ε) ≤ 2 exp(−2Nε²) = η`` for the empirical CDF of ``N`` draws."""
     if N < 1 or not (0 < eta < 1):
         raise InputError(f"need N >= 1 and 0 < eta < 1, got N={N}, eta={eta}")
     return math.sqrt(math.log(2.0 / eta) / (2.0 * N))
+
+
+def ratio_clipping_term(A_clip, kl):
+    """Ratio-clipping bias bound ``A_clip √(2 KL)`` (TeamTR Cor. E.9: Lemma E.6 gives
+    ``A_clip E_P|1 − w| = 2 A_clip TV``, Pinsker ``TV ≤ √(KL/2)``); per step of a stage,
+    divided by ``1 − γ`` with ``KL = δ_i`` (Jensen over ``s ∼ d``). ``kl`` may be an array."""
+    return A_clip * np.sqrt(2.0 * np.asarray(kl, dtype=np.float64))
 
 
 # ------------------------------------------------------------------ certificates with sampling
@@ -113,8 +122,8 @@ def empirical_stage_bound(L_hat, delta, N, *, gamma: float, A_max: float, A_clip
     g = gamma
     c = math.sqrt(2.0) * g * A_max / (1 - g) ** 2
     B = (1 + eps_w) * A_clip / (1 - g)
-    hoeff = B * np.sqrt(2 * math.log(2 * n / delta_conf) / N)
-    ratio = A_clip / (1 - g) * np.sqrt(2 * delta)
+    hoeff = np.array([hoeffding_epsilon(B, k, delta_conf / n) for k in N])
+    ratio = ratio_clipping_term(A_clip, delta) / (1 - g)
     return float(L_hat.sum() - c * np.sqrt(delta).sum() - zeta.sum() / (1 - g) - hoeff.sum()
                  - ratio.sum())
 

@@ -369,7 +369,10 @@ class FactorizedMDP:
         S = self.n_states
         if self.kind == "factored":
             arrays = dict(
-                P=np.asarray(self.P).reshape((S, *self.action_counts, S)),
+                # no sparse factored file format: a CSR factored P is written densely
+                # (np.asarray of a CSR matrix is a 0-d object array, not its entries)
+                P=(self.P.toarray() if self.is_sparse else np.asarray(self.P)).reshape(
+                    (S, *self.action_counts, S)),
                 R=self.R.reshape((S, *self.action_counts)),
                 rho0=self.rho0,
                 gamma=self.gamma,

@@ -28,6 +28,8 @@ CHECK_MODULES = (
     "sat_theory.verify.plug_and_play",
     "sat_theory.verify.estimators",
     "sat_theory.verify.optimization",
+    "sat_theory.verify.pipeline",
+    "sat_theory.verify.power",  # last: checker_power runs every check registered before it
 )
 
 

@@ -24,6 +24,9 @@ from .tally import Tally, case_order, check_mutation, count, trap_cases
 
 __all__ = ["reference_certificate", "STEP_KEYS"]
 
+#: every term equals its definition to this, relative (bounds: plus the roundoff √δ amplifies)
+DEFINITION_TOL = 1e-9
+
 #: per-step fields of StepCertificate compared with their definitions
 STEP_KEYS = ("L_seq", "L_stale", "delta", "delta_max", "tv", "A_max", "f_inf", "zeta",
              "true_gain", "bound", "bound_max")
@@ -166,9 +169,9 @@ def certificate_definitions(*, quick: bool = False, seed: int = 0,
             is_bound = what.startswith("lower_bound") or what.endswith(("bound", "bound_max"))
             # equal infinities (an infinite KL where the target drops an action) agree
             err = 0.0 if got == want else abs(got - want) / (
-                1.0 + abs(want) + (root_tol / 1e-9 if is_bound else 0.0))
+                1.0 + abs(want) + (root_tol / DEFINITION_TOL if is_bound else 0.0))
             worst = max(worst, err)
-            T.record(err <= 1e-9, -err, None, f"{c.label} order={order}: {what} {got:.10g} != "
+            T.record(err <= DEFINITION_TOL, -err, None, f"{c.label} order={order}: {what} {got:.10g} != "
                      f"definition {want:.10g}")
     return T.result(name, [
         f"{T.cases} terms of {len(pool)} stages (half with noisy advantage estimates, ζ_i > 0): "

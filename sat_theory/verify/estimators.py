@@ -5,8 +5,9 @@ is an identity or a deterministic inequality, and by repeated tabular sampling f
 ``d`` and ``π`` where it is a probability statement. Sampled checks use fixed seeds; each says
 in a comment how likely a false alarm of the unmutated check is.
 
-Checks: ``finite_sample_coverage``, ``group_mean_bias``, ``clipping_bias``,
-``ratio_clipping_bias``, ``tv_ratio_identity``, ``kl_chain_rule``, ``importance_weight_ess``.
+Checks: ``finite_sample_coverage``, ``deviation_constants``, ``group_mean_bias``,
+``group_advantage_definition``, ``clipping_bias``, ``ratio_clipping_bias``,
+``tv_ratio_identity``, ``kl_chain_rule``, ``importance_weight_ess``.
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import binom
+from scipy.stats import binom, kstwo
 
 from ..certificates import intermediate_policies, penalty_constant
 from ..envs import random_mdp
 from ..estimators import (
+    dkw_epsilon,
     empirical_stage_bound,
     group_advantages,
     group_mean_conditional_bias,
     hoeffding_epsilon,
+    ratio_clipping_term,
     sample_trajectory_weights,
     sat_epsilon,
     sat_finite_sample_term,
@@ -278,6 +281,213 @@ def finite_sample_coverage(*, quick: bool = True, seed: int = 0, mutation: str |
     return tally.result()
 
 
+# ------------------------------------------------------------------ estimator_constants
+#: a sampled rate test fails with probability at most this (per test) when the statement holds
+FALSE_ALARM = 1e-6
+
+
+def draws_to_separate(p_ok: float, p_bad: float, *, above: bool, alpha: float = FALSE_ALARM,
+                      start: int = 100) -> tuple[int, int]:
+    """The fewest draws ``R`` (from ``start``, ×1.25 at a time) and a miss-count threshold
+    ``t`` such that a rate test at ``t`` errs with probability ``≤ alpha`` both ways: with
+    ``above`` (the statement caps the rate at ``p_ok < p_bad``) ``Pr(Bin(R, p_ok) > t) ≤ alpha``
+    and ``Pr(Bin(R, p_bad) ≤ t) ≤ alpha``; without (a floor ``p_ok > p_bad``)
+    ``Pr(Bin(R, p_ok) < t) ≤ alpha`` and ``Pr(Bin(R, p_bad) ≥ t) ≤ alpha``."""
+    R = start
+    while True:
+        if above:
+            t = int(binom.ppf(1 - alpha, R, p_ok))
+            if binom.cdf(t, R, p_bad) <= alpha:
+                return R, t
+        else:
+            t = int(binom.ppf(1 - alpha, R, p_bad)) + 1
+            if binom.cdf(t - 1, R, p_ok) <= alpha:
+                return R, t
+        R = int(math.ceil(R * 1.25))
+
+
+def ks_statistic(u: np.ndarray) -> np.ndarray:
+    """``D_N = sup_x |F_N(x) − x|`` of each row of uniform draws ``u`` (R, N), from the order
+    statistics: ``max_i max(i/N − u_(i), u_(i) − (i−1)/N)``."""
+    N = u.shape[1]
+    us = np.sort(u, axis=1)
+    i = np.arange(1, N + 1)
+    return np.maximum((i / N - us).max(axis=1), (us - (i - 1) / N).max(axis=1))
+
+
+#: DKW's constant is sharp: at ε(N, η) the exact Pr(D_N > ε) is 0.70η–0.96η for N = 20..500
+#: (scipy.stats.kstwo); "at its stated level" is checked as ≥ this share of η
+DKW_LEVEL = 0.5
+
+
+@check("estimator_constants",
+       "Massart's DKW (SAT probe-set relaxation); TeamTR Lemma E.8 (Hoeffding), Cor. E.9; SAT Thm 4.9",
+       SECTION, mutations=("dkw_missing_2", "hoeffding_missing_2", "sat_range_2B", "clip_sqrt_half"))
+def estimator_constants(*, quick: bool = True, seed: int = 0, mutation: str | None = None) -> CheckResult:
+    """The constants of :mod:`sat_theory.estimators`, each where it is (nearly) exact:
+
+    - DKW: ``ε = dkw_epsilon(N, η)`` gives ``DKW_LEVEL·η ≤ Pr(D_N > ε) ≤ η`` for the empirical
+      CDF of ``N`` uniforms — exactly (``scipy.stats.kstwo``) and by simulation of ``R`` draws
+      of ``D_N``. ``R`` is the fewest draws that tell the constant from the one without its 2
+      (rate ``≤ 0.023η``) with error ``≤ FALSE_ALARM`` each way (:func:`draws_to_separate`);
+    - Hoeffding for values in ``[−B, B]``: ``ε = hoeffding_epsilon(B, N, η)`` gives
+      ``Pr(|L̂ − E L̂| > ε) ≤ η`` on the two-point law ``±B`` (the worst case), exactly
+      (binomial) and by simulation with ``R`` chosen to catch the constant without its 2;
+      ``sat_epsilon`` likewise for values in ``[0, B]`` (its range), on the law ``{0, B}``;
+    - ratio clipping: ``ratio_clipping_term(A_clip, KL)`` against the exact bias
+      ``2 A_clip t`` of ``P = (½, ½)``, ``Q = (½+t, ½−t)``, ``A = A_clip sign(w − 1)``,
+      ``ε_w = 0``, where ``KL = −½ log(1 − 4t²)``: ``bias ≤ term ≤ bias·(1 + 2t²)``.
+
+    Mutations (the formula with the known wrong constant): ``dkw_missing_2``
+    (``√(log(2/η)/N)``), ``hoeffding_missing_2`` (``B√(log(2/η)/N)``), ``sat_range_2B``
+    (``sat_epsilon`` applied to values in ``[−B, B]``), ``clip_sqrt_half`` (``A_clip√(KL/2)``).
+    """
+    rng = np.random.default_rng([seed, 6008])
+    tally = Tally("estimator_constants")
+    rows = []
+
+    def dkw(N, eta):
+        return math.sqrt(math.log(2 / eta) / N) if mutation == "dkw_missing_2" else dkw_epsilon(N, eta)
+
+    def hoeff(B, N, eta):
+        return (B * math.sqrt(math.log(2 / eta) / N) if mutation == "hoeffding_missing_2"
+                else hoeffding_epsilon(B, N, eta))
+
+    # --- DKW
+    for N in ((20, 100) if quick else (20, 100, 500)):
+        for eta in (0.05, 0.01):
+            eps = dkw(N, eta)
+            p = float(kstwo.sf(eps, N))
+            p_no2 = float(kstwo.sf(math.sqrt(math.log(2 / eta) / N), N))
+            R, t_lo = draws_to_separate(DKW_LEVEL * eta, p_no2, above=False)
+            t_hi = int(binom.ppf(1 - FALSE_ALARM, R, eta))
+            misses = int((ks_statistic(rng.random((R, N))) > eps).sum())
+            lab = f"DKW N={N} η={eta:g}"
+            tally.begin()
+            tally.record(eta - p, scale=eta, label=f"{lab}: exact Pr(D_N > ε) {p:.4g} > η")
+            tally.record(p - DKW_LEVEL * eta, scale=eta,
+                         label=f"{lab}: exact Pr(D_N > ε) {p:.4g} < {DKW_LEVEL}η (ε too large)")
+            tally.record(t_hi - misses, label=f"{lab}: {misses}/{R} simulated misses > {t_hi}", main=False)
+            tally.record(misses - t_lo, label=f"{lab}: {misses}/{R} simulated misses < {t_lo}", main=False)
+            rows.append(f"N={N} η={eta:g}: exact {p / eta:.3f}η (without the 2: {p_no2 / eta:.3f}η), "
+                        f"{misses}/{R} simulated (R from the separation, window [{t_lo}, {t_hi}])")
+    # --- Hoeffding (range 2B) and SAT's range-B form
+    B = 1.7
+    hrows = []
+    for N in ((20, 100, 400) if quick else (20, 100, 400, 2000)):
+        for eta in (1e-2, 1e-3):
+            k = np.arange(N + 1)
+            pmf = binom.pmf(k, N, 0.5)
+            dev = B * np.abs(2 * k / N - 1)  # |L̂ − 0| for L̂ = B(2X/N − 1)
+            eps = hoeff(B, N, eta)
+            p = float(pmf[dev > eps * (1 + 1e-12)].sum())
+            p_no2 = float(pmf[dev > B * math.sqrt(math.log(2 / eta) / N) * (1 + 1e-12)].sum())
+            R, t_hi = draws_to_separate(eta, max(p_no2, 1.5 * eta), above=True)
+            X = rng.binomial(N, 0.5, size=R)
+            misses = int((B * np.abs(2 * X / N - 1) > eps * (1 + 1e-12)).sum())
+            lab = f"Hoeffding ±B N={N} η={eta:g}"
+            tally.begin()
+            tally.record(eta - p, scale=eta, label=f"{lab}: exact Pr(|L̂−L| > ε) {p:.4g} > η")
+            tally.record(t_hi - misses, label=f"{lab}: {misses}/{R} simulated misses > {t_hi}", main=False)
+            # SAT's ε is Hoeffding for values in a range of length B: the law {0, B}
+            # (L̂ = B X/N, mean B/2); the mutation applies it to ±B (range 2B)
+            dev_sat = dev if mutation == "sat_range_2B" else np.abs(B * k / N - B / 2)
+            p_sat = float(pmf[dev_sat > sat_epsilon(B, N, eta) * (1 + 1e-12)].sum())
+            tally.record(eta - p_sat, scale=eta, label=f"SAT range-B N={N} η={eta:g}: exact {p_sat:.4g} > η")
+            hrows.append(f"N={N} η={eta:g}: {p / eta:.3f}η (without the 2 {p_no2 / eta:.2f}η; R={R})")
+    # --- ratio clipping, closed form
+    crow = []
+    A_clip = 2.5
+    for t in (1e-3, 1e-2, 0.1, 0.3):
+        P, Q = np.array([0.5, 0.5]), np.array([0.5 + t, 0.5 - t])
+        w = Q / P
+        bias = abs(float(P @ (w * A_clip * np.sign(w - 1))) - float(P @ (A_clip * np.sign(w - 1))))
+        kl = -0.5 * math.log1p(-4 * t * t)
+        term = (A_clip * math.sqrt(kl / 2) if mutation == "clip_sqrt_half"
+                else float(ratio_clipping_term(A_clip, kl)))
+        tally.begin()
+        tally.record(term - bias, scale=bias, label=f"ratio clipping t={t:g}: term {term:.6g} < bias {bias:.6g}")
+        tally.record(bias * (1 + 2 * t * t) - term, scale=bias,
+                     label=f"ratio clipping t={t:g}: term {term:.6g} > bias·(1+2t²) {bias * (1 + 2 * t * t):.6g}")
+        crow.append(f"t={t:g}: {term / bias:.6f}")
+    return tally.result([
+        "DKW " + "; ".join(rows),
+        "Hoeffding on ±B (exact binomial): " + "; ".join(hrows),
+        "ratio-clipping term / exact bias on the two-point case (→ 1 as t → 0; √(KL/2) gives ½): "
+        + ", ".join(crow),
+    ])
+
+
+# ------------------------------------------------------------------ group_advantage_definition
+#: group advantages equal the direct per-group computation to this (relative)
+GROUP_TOL = 1e-12
+
+
+def direct_group_advantages(R, groups, eps_norm, A_clip, normalize_std, *, variance: bool = False):
+    """``clip((R_g − mean)/√(var + ε_norm), ±A_clip)`` group by group with ``numpy.mean`` and
+    ``numpy.var`` (population variance) — the definition of §6, written independently of
+    :func:`sat_theory.estimators.group_advantages` (``variance``: divide by ``var + ε``)."""
+    out = np.empty(len(R))
+    for lab in set(groups.tolist()):
+        m = groups == lab
+        x = R[m]
+        a = x - x.mean()
+        if normalize_std:
+            v = x.var() + eps_norm
+            a = a / (v if variance else math.sqrt(v))
+        out[m] = a if A_clip is None else np.clip(a, -A_clip, A_clip)
+    return out
+
+
+@check("group_advantage_definition", "TeamTR §4 (group-normalized advantage); docs/theory.md §6",
+       SECTION, mutations=("variance_for_std",))
+def group_advantage_definition(*, quick: bool = True, seed: int = 0,
+                               mutation: str | None = None) -> CheckResult:
+    """:func:`group_advantages` equals :func:`direct_group_advantages` (to ``GROUP_TOL``) on
+    random batches of groups: sizes 1–8, 0/1 rewards (ties, constant groups), Gaussian returns
+    of scale 0.01–100 (where std and variance differ most), ``ε_norm ∈ {0 (non-constant
+    groups), 1e-6, 0.1}``, ``A_clip ∈ {None, 1, 5}``, with and without the division by
+    ``σ̂``; plus the exact identities of the standardized advantage (unclipped): per group
+    ``Σ Ã = 0`` and ``mean Ã² = var/(var + ε_norm)``. Mutation ``variance_for_std``: the
+    direct computation divides by the variance."""
+    rng = np.random.default_rng([seed, 6009])
+    tally = Tally("group_advantage_definition")
+    worst = 0.0
+    for k in range(40 if quick else 200):
+        sizes = rng.integers(1, 9, size=int(rng.integers(1, 6)))
+        groups = np.repeat(np.arange(sizes.size), sizes)
+        rng.shuffle(groups)
+        if k % 3 == 0:
+            R = rng.integers(0, 2, size=groups.size).astype(float)
+        else:
+            R = rng.normal(size=groups.size) * float(rng.choice([0.01, 1.0, 100.0]))
+        eps = float(rng.choice([1e-6, 0.1])) if k % 4 else 0.0
+        if eps == 0.0 and any(np.ptp(R[groups == g]) == 0 for g in range(sizes.size)):
+            eps = 1e-6  # ε_norm = 0 needs σ̂ > 0 in every group
+        A_clip = (None, 1.0, 5.0)[k % 3]
+        norm = k % 5 != 0
+        got = group_advantages(R, groups, eps_norm=eps, A_clip=A_clip, normalize_std=norm)
+        want = direct_group_advantages(R, groups, eps, A_clip, norm, variance=mutation == "variance_for_std")
+        err = float((np.abs(got - want) / (1 + np.abs(want))).max())
+        worst = max(worst, err)
+        lab = f"groups {sizes.tolist()} ε_norm={eps:g} A_clip={A_clip} std={norm}"
+        tally.begin()
+        tally.record(GROUP_TOL - err, label=f"{lab}: differs from the definition by {err:.3g}")
+        if norm:
+            raw = group_advantages(R, groups, eps_norm=eps, A_clip=None)
+            for g in range(sizes.size):
+                m = groups == g
+                v = float(R[m].var())
+                tally.record(-abs(float(raw[m].sum())), scale=float(np.abs(raw[m]).sum()),
+                             label=f"{lab} group {g}: Σ Ã = {raw[m].sum():.3g}", main=False)
+                ms = float((raw[m] ** 2).mean())
+                tally.record(-abs(ms - v / (v + eps)), scale=1.0,
+                             label=f"{lab} group {g}: mean Ã² {ms:.6g} != var/(var+ε) {v / (v + eps):.6g}",
+                             main=False)
+    return tally.result([f"largest relative difference from the direct computation {worst:.2g} "
+                         f"(tolerance {GROUP_TOL:g})"])
+
+
 # ------------------------------------------------------------------ group_mean_bias
 def _return_laws(rng, count: int):
     """Finite i.i.d. return laws: Bernoulli successes (LLM-style 0/1 rewards), random
@@ -471,7 +681,7 @@ def ratio_clipping_bias(*, quick: bool = True, seed: int = 0, mutation: str | No
                 l1 = A_clip * float(P @ np.abs(w - wc))
                 l2 = A_clip * float(P @ np.abs(1 - w))
                 kl = float(kl_rows(P, Q))
-                l3 = A_clip * math.sqrt(2 * kl)
+                l3 = float(ratio_clipping_term(A_clip, kl))  # the certificates' term
                 if mutation == "halve_constant":
                     l3 = A_clip * math.sqrt(kl / 2)
                 lab = f"{label} ε_w={eps_w} A={A_kind}"

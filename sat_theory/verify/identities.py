@@ -27,6 +27,12 @@ from .tally import (
     trap_cases,
 )
 
+#: identities hold to roundoff, relative to 1 + |a| + |b| (Tally.equal): the performance
+#: difference lemma (two dense solves), joint vs factor KL, joint vs factor TV
+PDL_TOL = 1e-9
+FACTOR_KL_TOL = 1e-10
+FACTOR_TV_TOL = 1e-12
+
 
 # ------------------------------------------------------------------ §2 identities
 @check("performance_difference",
@@ -49,7 +55,7 @@ def performance_difference(*, quick: bool = False, seed: int = 0,
         d = ev.d if mutation == "old_occupancy" else ev2.d
         h = 1.0 if mutation == "drop_horizon" else 1.0 / (1 - c.mdp.gamma)
         rhs = h * float(d @ expected_advantage(ev2.pi, A))
-        T.equal(ev2.J - ev.J, rhs, c.label, tol=1e-9)
+        T.equal(ev2.J - ev.J, rhs, c.label, tol=PDL_TOL)
     return T.result(name, [f"max |J(π')−J(π) − PDL| = {-min(T.slacks):.3g} over {T.cases} "
                            "pairs (float64, dense LU)"], tightness=False)
 
@@ -85,9 +91,9 @@ def factor_lemma(*, quick: bool = False, seed: int = 0,
         tv_l = joint_tv(c.mdp, c.current, p2)
         tv_r = factor_tv(c.mdp, c.current.factors[j], c.target.factors[j], j)
         for s in range(c.mdp.n_states):
-            ok = T.equal(float(lhs[s]), float(rhs[s]), f"{c.label} agent {j} state {s}", 1e-10)
+            ok = T.equal(float(lhs[s]), float(rhs[s]), f"{c.label} agent {j} state {s}", FACTOR_KL_TOL)
             if mutation is None:
-                ok = ok and T.equal(float(tv_l[s]), float(tv_r[s]), f"{c.label} TV s={s}", 1e-12)
+                ok = ok and T.equal(float(tv_l[s]), float(tv_r[s]), f"{c.label} TV s={s}", FACTOR_TV_TOL)
             worst = max(worst, abs(float(lhs[s]) - float(rhs[s])))
     return T.result(name, [f"max |joint KL − factor KL| = {worst:.3g}; masked and turn-taking "
                            "layouts included (0 where the agent is inactive)"], tightness=False)

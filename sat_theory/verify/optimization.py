@@ -46,6 +46,70 @@ def _sign_bandit_steps(ts=(1e-3, 1e-2, 0.05)):
     return out
 
 
+# ------------------------------------------------------------------ stage0_boundary
+#: a distillation that stops by crossing δ_align ends within this (relative) of the boundary:
+#: the crossing step is bisected 60 times, so the end point is the boundary to roundoff
+ALIGN_BOUNDARY_TOL = 1e-9
+
+
+@check("stage0_boundary", "TeamTR App. D.1 (Stage-0 distillation, early stop at δ_align)",
+       SECTION5, mutations=("previous_point", "strict_interior"))
+def stage0_boundary(*, quick: bool = True, seed: int = 0, mutation: str | None = None):
+    """``align_distill`` from a new model ``π_pre`` (random, or a noisy improvement of the old
+    factor; a third of the cases already inside the radius) ends on or inside ``δ_align``:
+    ``D(θ_T) = E_ν KL(π_old‖π_θT) ≤ δ_align`` — recomputed from the returned factor, and equal to
+    the trace's last entry — and, when it took a step (``D(θ_0) > δ_align``), on the boundary:
+    ``D(θ_T) ≥ δ_align(1 − ALIGN_BOUNDARY_TOL)`` (the early stop keeps as much of ``π_pre`` as
+    the radius allows); with no step it returns ``π_pre`` itself. Mutations:
+    ``previous_point`` judges the point before the last step (outside the radius);
+    ``strict_interior`` claims the end lies at least 1e-3·δ_align inside."""
+    rng = np.random.default_rng([seed, 7102])
+    tally = Tally("stage0_boundary")
+    gaps, steps, inside0 = [], [], 0
+    for k, c in enumerate(_mini_cases(seed + 5, 16 if quick else 100, kinds=("random",))):
+        mdp, cur = c.mdp, c.current
+        j = int(rng.integers(mdp.n_agents))
+        act = mdp.active[:, j]
+        d_act = np.where(act, evaluate(mdp, cur).d, 0.0)
+        if d_act.sum() <= 0:
+            continue
+        nu = d_act / d_act.sum()
+        old = cur.factors[j]
+        if k % 2:
+            pre = random_policy(mdp, rng, temperature=2.0).factors[j]
+        else:
+            z = np.log(greedy_target(mdp, cur, 1.0).factors[j]) + rng.normal(scale=0.5, size=old.shape)
+            pre = softmax(z, axis=1)
+        D0 = probe_kl(old, pre, nu)
+        # a third of the cases start inside (radius above D0), the rest outside
+        delta = D0 * 1.5 if k % 3 == 0 else float(rng.choice([0.01, 0.05])) * min(1.0, D0 / 0.06)
+        new, tr = align_distill(old, pre, nu, delta)
+        D = probe_kl(old, new, nu)
+        if mutation == "previous_point" and tr.steps > 0:
+            D = float(tr.kl[-2])
+        label = f"{c.label} agent {j} δ_align={delta:.3g} steps={tr.steps}"
+        tally.begin()
+        tally.record(delta - D, scale=delta, label=label + f" D {D:.10g} outside δ_align")
+        tally.record(-abs(D - tr.kl[-1]) if mutation != "previous_point" else 0.0, scale=delta,
+                     label=label + f" D {D:.10g} != trace {tr.kl[-1]:.10g}", main=False)
+        floor = delta * (1 - ALIGN_BOUNDARY_TOL)
+        if mutation == "strict_interior":
+            tally.record(delta * (1 - 1e-3) - D, scale=delta, label=label + " not strictly inside")
+        elif tr.steps > 0:
+            tally.record(D - floor, scale=delta, label=label + f" stopped at D/δ_align {D / delta:.12g}, "
+                         "short of the boundary")
+            gaps.append(1 - D / delta)
+            steps.append(tr.steps)
+        else:
+            inside0 += 1
+            tally.record(-float(np.abs(new - pre).max()), label=label + " no step but π_new ≠ π_pre",
+                         main=False)
+    return tally.result([
+        f"{len(gaps)} distillations that crossed δ_align: 1 − D/δ_align {_q(gaps)} (tolerance "
+        f"{ALIGN_BOUNDARY_TOL:g}); steps {_q(steps)}; {inside0} started inside and returned π_pre",
+    ])
+
+
 # ------------------------------------------------------------------ stage0_alignment
 @check("stage0_alignment", "TeamTR App. D.1 (Stage-0 distillation); SAT Stage-0 projection",
        SECTION5, mutations=("direct_swap", "flip_kl_direction"))
