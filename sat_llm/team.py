@@ -472,6 +472,54 @@ def _longest(msgs) -> int:
     return max(len(m) for m in msgs)
 
 
+@torch.no_grad()
+def greedy_shared_prefix(model, contexts, *, max_new_tokens: int, temperature: float = 1.0,
+                         stop_ids, pad_id: int, greedy: bool = True, streamer=None):
+    """Greedy messages of distinct contexts that share a common prefix (the held-out
+    evaluation: every prompt starts with the same system message), ``(messages, logps)``
+    as :func:`sat_llm.rollout.generate` returns them. The common prefix ``c[:P]`` (``P`` =
+    the longest prefix of all contexts, at most ``min len − 1``) is prefilled once and its
+    KV cache repeated for every row; the rows are laid out ``[prefix | padding | rest]``
+    (padding masked), so ``generate``'s position ids ``cumsum(mask) − 1`` run ``0..P−1``
+    over the prefix and continue at ``P`` after it, exactly the positions of an unpadded
+    context: the same greedy decoding up to float roundoff (tests/test_llm_scoring.py),
+    without recomputing the prefix per row. Falls back to ``generate`` when sampling, when
+    nothing is shared, or for one row."""
+    from .rollout import _gen_config, _lcp, _prefill, model_device
+
+    keys = [tuple(c) for c in contexts]
+    P = min((_lcp(keys[0], k) for k in keys), default=0)
+    P = min(P, min((len(k) for k in keys), default=0) - 1)
+    if not greedy or streamer is not None or len(keys) < 2 or P < 1:
+        return generate(model, contexts, max_new_tokens=max_new_tokens, temperature=temperature,
+                        stop_ids=stop_ids, pad_id=pad_id, greedy=greedy, streamer=streamer)
+    B, R = len(keys), max(len(k) for k in keys) - P
+    ids = torch.full((B, P + R), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((B, P + R), dtype=torch.long)
+    ids[:, :P] = torch.tensor(keys[0][:P])
+    mask[:, :P] = 1
+    for b, k in enumerate(keys):  # the rest of each context right-aligned after the padding
+        ids[b, P + R - (len(k) - P):] = torch.tensor(k[P:])
+        mask[b, P + R - (len(k) - P):] = 1
+    dev = model_device(model)
+    ids, mask = ids.to(dev), mask.to(dev)
+    cache = _prefill(model, ids[:1, :P], mask[:1, :P], torch.arange(P, device=dev)[None])
+    cache.batch_select_indices(torch.zeros(B, dtype=torch.long, device=dev))
+    out = model.generate(input_ids=ids, attention_mask=mask, cache=cache,
+                         generation_config=_gen_config(max_new_tokens, stop_ids, pad_id))
+    gen = out.sequences[:, P + R:]
+    stops = {int(x) for x in stop_ids}
+    msgs, lps = [], []
+    for b in range(B):
+        row = gen[b].tolist()
+        end = next((u + 1 for u, x in enumerate(row) if x in stops), len(row))
+        lp = [float(torch.log_softmax(out.logits[u][b].float() / float(temperature), -1)[row[u]])
+              for u in range(end)]
+        msgs.append(row[:end])
+        lps.append(np.asarray(lp, dtype=np.float64))
+    return msgs, lps
+
+
 class LLMTeam(EpisodeLoop):
     """See module docstring. ``model``/``tokenizer`` may be passed in (tests) to skip loading."""
 
@@ -660,9 +708,10 @@ class LLMTeam(EpisodeLoop):
             else:  # the training model itself generates
                 streamer = (self.streamer_for(k) if self.streamer_for is not None and b - a == 1
                             else None)  # sat team: one episode's message, token by token
-                m_, l_ = generate(model, ctxs[a:b], max_new_tokens=cfg.max_new_tokens,
-                                  temperature=cfg.temperature, stop_ids=stop,
-                                  pad_id=tok.pad_token_id, greedy=greedy, streamer=streamer)
+                gen = greedy_shared_prefix if greedy else generate  # evaluation: shared prefix
+                m_, l_ = gen(model, ctxs[a:b], max_new_tokens=cfg.max_new_tokens,
+                             temperature=cfg.temperature, stop_ids=stop,
+                             pad_id=tok.pad_token_id, greedy=greedy, streamer=streamer)
                 v = self._version[k]
             if v != self._version[k]:  # intermediate occupancy: the predecessors just updated
                 raise RolloutMismatchError(
