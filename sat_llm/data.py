@@ -4,7 +4,8 @@
 ``save_to_disk`` (``datasets.load_from_disk``), or one ``.parquet``, ``.jsonl``/``.json`` or
 ``.csv`` file (``datasets.load_dataset("parquet" | "json" | "csv", data_files=PATH)``, a
 single split called ``train``). Anything that is not an existing local file or folder is
-refused. CSV cells are read as strings (so ``0.50`` stays ``0.50``).
+refused, and so are FIFOs and devices (or symlinks to them) in its place or inside the
+folder. CSV cells are read as strings (so ``0.50`` stays ``0.50``).
 
 Each row gives a prompt and a gold answer:
 
@@ -94,6 +95,17 @@ def _has_rows(p: Path, fmt: str) -> bool:
         return next(lines, None) is not None
 
 
+def _regular_files(p: Path, what: str) -> None:
+    """``p`` and, for a folder, every file inside it are regular files (a FIFO, a device or
+    a symlink to one, e.g. ``/dev/zero``, would block the reader or never end)."""
+    from sat_theory.ownership import regular_file
+
+    regular_file(p, what)
+    if p.is_dir():
+        for f in sorted(p.rglob("*")):
+            regular_file(f, what + " holds")
+
+
 def load_splits(path: str) -> dict:
     """``{split name: datasets.Dataset}`` of a local dataset (module docstring); never a hub
     download. A ``save_to_disk`` folder keeps its splits (a lone Dataset is ``train``)."""
@@ -101,6 +113,7 @@ def load_splits(path: str) -> dict:
     if not p.exists():
         raise InputError(f"--dataset {path}: no such local file or folder (datasets are read "
                          "from disk only, never downloaded)")
+    _regular_files(p, "--dataset")
     datasets = _datasets()
     with _silent(datasets):
         if p.is_dir():

@@ -15,11 +15,18 @@ Layout of an export folder::
                            Hugging Face model folder with its tokenizer
     DIR/base/              the base model as a Hugging Face folder, when it has no other
                            home (``tiny-random``) or with ``--include-base``
+    DIR/.sat-export        the marker that makes DIR an export (:mod:`sat_theory.ownership`):
+                           ``--overwrite`` replaces only a marked export holding nothing but
+                           the entries it lists, atomically (the old export stays whole
+                           until the new one is renamed in)
 
 The weights come from the run's checkpoint (its latest state; a finished run's checkpoint is
 its final team) or, when the run kept no checkpoint, from its last saved policy
 (``policies/stage{K}.safetensors``); ``--stage K`` picks ``policies/stage{K}`` explicitly.
-Nothing is unpickled: checkpoints and team files are safetensors + JSON.
+Nothing is unpickled: checkpoints and team files are safetensors + JSON. Every adapter
+tensor read is checked against the team's layout (name, shape) and for finite values
+(:func:`checked_weights`); a ``team.json`` or run ``config.json`` naming a task class to
+import is refused unless ``--allow-task-import`` (:func:`check_task_import`).
 
 :func:`load_team` rebuilds a team from a run folder or an export folder (``sat team``).
 """
@@ -32,6 +39,7 @@ import shutil
 from pathlib import Path
 
 from sat_theory.errors import InputError
+from sat_theory.ownership import EXPORT_MARKER, check_out, read_marker, replace_folder, write_marker
 
 __all__ = ["export_team", "load_team", "add_arguments", "run", "FORMAT", "HUB_IDS"]
 
@@ -42,7 +50,9 @@ HUB_IDS = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct"}
 
 
 # ------------------------------------------------------------------ reading a run
-def _run_config(run_dir: Path) -> dict:
+def _run_config(run_dir: Path, verb: str = "exported") -> dict:
+    """The run's ``config.json`` (an LLM run's); ``verb``: what the command does with it, for
+    the error line (``sat team`` plays, ``sat export`` exports)."""
     from sat_theory.runner import RunFolder
 
     conf = RunFolder(run_dir).config()
@@ -50,7 +60,7 @@ def _run_config(run_dir: Path) -> dict:
     if not isinstance(backend, dict) or backend.get("backend") != "llm":
         raise InputError(f"{run_dir} is not an LLM run (backend "
                          f"{backend.get('backend') if isinstance(backend, dict) else '?'!r}); "
-                         "only LLM teams can be exported")
+                         f"only LLM teams can be {verb}")
     if not isinstance(backend.get("llm"), dict):
         raise InputError(f"{run_dir}/config.json has no LLM settings")
     return conf
@@ -80,13 +90,17 @@ def run_weights(run_dir: Path, stage: int | None = None) -> tuple[dict[int, dict
         return load_team_file(str(policies[stage])), f"policies/stage{stage}.safetensors"
     if (run_dir / CHECKPOINT).is_file():
         ck = RunFolder(run_dir).checkpoint()
-        st = ck["run_state"]
-        stage_done = int(st["stage"]) if isinstance(st, dict) and "stage" in st else None
-        weights = {j: {k: t.float() for k, t in w.items()}
-                   for j, w in enumerate(ck["team"]["weights"])}
-        where = f"{CHECKPOINT} (after {stage_done} stages)" if stage_done is not None else CHECKPOINT
-        if ck.get("position"):
-            where += f", mid-stage (step {ck['position']['step']})"
+        try:  # the tensors themselves are checked against the team (checked_weights)
+            st, position = ck["run_state"], ck.get("position")
+            weights = dict(enumerate(ck["team"]["weights"]))
+            stage_done = int(st["stage"]) if isinstance(st, dict) and "stage" in st else None
+            step = position["step"] if position else None
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise InputError(f"{run_dir}/{CHECKPOINT} is not an LLM team checkpoint") from None
+        where = (f"{CHECKPOINT} (after {_plural(stage_done, 'stage')})" if stage_done is not None
+                 else CHECKPOINT)
+        if step is not None:
+            where += f", mid-stage (step {step})"
         return weights, where
     if policies:
         k = max(policies)
@@ -125,13 +139,18 @@ def _protocol_record(team) -> dict:
                                 temperature=team.cfg.temperature, evaluation="greedy"))
 
 
+def _plural(n, word: str) -> str:
+    """``1 stage``, ``2 stages``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def _model_card(info: dict, conf: dict) -> str:
     alg, llm, m = conf["algorithm"], info["llm_config"], info["metrics"]
     acc = ""
     if m.get("eval_accuracy_start") is not None and m.get("eval_accuracy_end") is not None:
         acc = (f"Held-out accuracy (greedy, {llm['n_eval']} problems): "
                f"{m['eval_accuracy_start']:.3f} before training → {m['eval_accuracy_end']:.3f} "
-               f"after {m['stages']} stages.\n\n")
+               f"after {_plural(m['stages'], 'stage')}.\n\n")
     base = info["base_model"]
     ref = base.get("hub_id") or base["name"]
     rows = "\n".join(f"| {k} | {v} |" for k, v in (
@@ -184,15 +203,15 @@ def export_team(run_dir, out, *, stage: int | None = None, merged: bool = False,
     conf = _run_config(run_dir)
     if conf["backend"]["llm"].get("agent_models") is not None:
         raise InputError("exporting a team of different base models is not supported yet")
-    if out.exists() and not (overwrite and out.is_dir()):
-        raise InputError(f"{out} exists; choose another --out or pass --overwrite")
+    _check_export_out(run_dir, out, overwrite)
     team, source = _run_team(run_dir, conf, stage)
     cfg = team.cfg
     if include_base is None:
         include_base = cfg.model == "tiny-random"  # no other home for its weights
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")  # ours: this process's name
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp.mkdir()
     try:
         base_ref = dict(name=cfg.model, hub_id=HUB_IDS.get(cfg.model), path=None)
         if include_base:
@@ -217,12 +236,82 @@ def export_team(run_dir, out, *, stage: int | None = None, merged: bool = False,
             info["merged"] = [f"agent{j}/merged" for j in range(cfg.agents)]
         (tmp / "team.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         (tmp / "README.md").write_text(_model_card(info, conf), encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        write_marker(tmp, "export", os.listdir(tmp))
+        replace_folder(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return info
+
+
+def _check_export_out(run_dir: Path, out: Path, overwrite: bool) -> None:
+    """Refuse an ``--out`` that is, holds or lies inside the run or any run/export, and an
+    existing folder unless ``--overwrite`` and it is a marked export of nothing but its
+    listed entries (an empty folder may be replaced too)."""
+    check_out(out, kind="export", sources=[run_dir])
+    if not out.exists() and not out.is_symlink():
+        return
+    if not overwrite:
+        raise InputError(f"{out} exists; choose another --out or pass --overwrite")
+    if out.is_symlink() or not out.is_dir():
+        raise InputError(f"--out {out} is not a folder; --overwrite replaces only an export")
+    present = set(os.listdir(out))
+    if not present:
+        return
+    if read_marker(out) != "export":
+        raise InputError(f"--out {out} is not an export written by sat export (no "
+                         f"{EXPORT_MARKER}); nothing was deleted; choose another --out")
+    listed = set(_marker_entries(out)) | {EXPORT_MARKER}
+    foreign = sorted(present - listed)
+    if foreign:
+        raise InputError(f"--out {out} holds files sat export did not write "
+                         f"({', '.join(foreign[:4])}); nothing was deleted; move them or "
+                         "choose another --out")
+
+
+def _marker_entries(folder: Path) -> list[str]:
+    try:
+        entries = json.loads((folder / EXPORT_MARKER).read_text(encoding="utf-8"))["entries"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [e for e in entries if isinstance(e, str)] if isinstance(entries, list) else []
+
+
+def check_task_import(task, where: str) -> None:
+    """A task named in a file (``where``) that is a ``module:Class`` to import is refused
+    unless the user opted in (``--allow-task-import``: ``$SAT_ALLOW_TASK_IMPORT`` is ``*`` or
+    names it): importing it would run code shipped with the file."""
+    if not isinstance(task, str):
+        raise InputError(f"{where}: the task must be a name, got {type(task).__name__}")
+    allowed = os.environ.get("SAT_ALLOW_TASK_IMPORT", "")
+    if ":" in task and allowed != "*" and task not in allowed.split(","):
+        raise InputError(f"{where} names the task class {task!r}: importing it would run its "
+                         "module's code; sat does that only when asked (sat team/export "
+                         "--allow-task-import, for a file you trust)")
+
+
+def checked_weights(team, agent: int, weights, where: str) -> dict:
+    """``weights`` as float32 tensors after checking them against agent ``agent``'s adapter
+    layout: the same tensor names, each of the same shape (a shape that would broadcast is
+    refused), a floating dtype, every value finite (an all-NaN adapter plays nonsense)."""
+    import torch
+
+    params = team._params(agent)
+    if not isinstance(weights, dict) or set(weights) != set(params):
+        names = sorted(set(weights) ^ set(params)) if isinstance(weights, dict) else []
+        raise InputError(f"{where}: agent {agent}'s adapter tensors do not match the team's "
+                         f"LoRA layout (differ: {', '.join(names[:2]) or '?'})")
+    out = {}
+    for k, p in params.items():
+        t = weights[k]
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            raise InputError(f"{where}: agent {agent} tensor {k} is not a floating tensor")
+        if tuple(t.shape) != tuple(p.shape):
+            raise InputError(f"{where}: agent {agent} tensor {k} has shape {tuple(t.shape)}, "
+                             f"the team's adapter needs {tuple(p.shape)}")
+        if not bool(torch.isfinite(t).all()):
+            raise InputError(f"{where}: agent {agent} tensor {k} holds NaN or infinite values")
+        out[k] = t.float()
+    return out
 
 
 def _fix_base_reference(adapter_dir: Path, base_ref: dict) -> None:
@@ -252,49 +341,81 @@ def _write_merged(team, agent: int, target: Path) -> None:
 # ------------------------------------------------------------------ reading a team back
 def load_team(path, *, stage: int | None = None):
     """``(team, info)``: the trained team of a run folder or an export folder, ready to
-    play (:class:`~sat_llm.team.LLMTeam`); ``info`` describes where it came from."""
-    from safetensors.torch import load_file
-
-    from .team import LLMConfig, LLMTeam
-
+    play (:class:`~sat_llm.team.LLMTeam`); ``info`` describes where it came from. Every
+    field of ``team.json`` is checked before use (one :class:`InputError` line)."""
     p = Path(path)
     if not p.is_dir():
         raise InputError(f"{path} is not a folder (give a run folder or an export folder)")
-    if (p / "team.json").is_file():
-        try:
-            info = json.loads((p / "team.json").read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise InputError(f"{p}/team.json is not valid JSON ({type(e).__name__})") from None
-        if not isinstance(info, dict) or info.get("format") != FORMAT:
-            raise InputError(f"{p}/team.json is not a {FORMAT} export")
-        kw = dict(info["llm_config"])
-        if info["base_model"].get("path"):
-            kw["model"] = str(p / info["base_model"]["path"])
-        team = LLMTeam(LLMConfig(**kw))
-        for j in range(team.n_agents):
-            f = p / f"agent{j}" / "adapter_model.safetensors"
-            if not f.is_file():
-                raise InputError(f"{f} is missing")
-            team._set_weights(j, {k: t.float() for k, t in load_file(str(f)).items()})
-        return team, info
-    team, source = _run_team(p, _run_config(p), stage)
+    if (p / "team.json").exists():
+        return _export_team(p)
+    team, source = _run_team(p, _run_config(p, "played"), stage)
     return team, dict(source=dict(run_dir=str(p), weights=source))
+
+
+def _export_team(p: Path):
+    from safetensors.torch import load_file
+
+    from sat_theory.ownership import regular_file
+
+    from .team import LLMConfig, LLMTeam
+
+    where = f"{p}/team.json"
+    f = regular_file(p / "team.json")
+    if f.stat().st_size > 1 << 24:
+        raise InputError(f"{where} is larger than 16 MiB; not an export's team.json")
+    try:
+        info = json.loads(f.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{where} is not valid JSON ({type(e).__name__})") from None
+    if not isinstance(info, dict) or info.get("format") != FORMAT:
+        raise InputError(f"{where} is not a {FORMAT} export")
+    kw, base = info.get("llm_config"), info.get("base_model")
+    if not isinstance(kw, dict) or not isinstance(base, dict):
+        raise InputError(f"{where}: 'llm_config' and 'base_model' must be objects")
+    kw = dict(kw)
+    check_task_import(kw.get("task", ""), where)
+    if base.get("path"):
+        rel = base["path"]
+        target = (p / rel).resolve() if isinstance(rel, str) else None
+        if target is None or not (target == p.resolve() / rel and p.resolve() in target.parents):
+            raise InputError(f"{where}: base_model.path must name a folder inside the export, "
+                             f"got {rel!r}")
+        kw["model"] = str(p / rel)
+    try:
+        team = LLMTeam(LLMConfig(**kw))
+    except (TypeError, ValueError) as e:
+        raise InputError(f"{where}: bad llm_config ({_first_line(e)})") from None
+    for j in range(team.n_agents):
+        f = p / f"agent{j}" / "adapter_model.safetensors"
+        if not f.is_file():
+            raise InputError(f"{f} is missing")
+        try:
+            weights = load_file(str(regular_file(f)))
+        except Exception as e:  # noqa: BLE001 - safetensors has its own error types
+            raise InputError(f"{f} is not a safetensors file ({type(e).__name__})") from None
+        team._set_weights(j, checked_weights(team, j, weights, str(f)))
+    return team, info
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 def _run_team(run_dir: Path, conf: dict, stage: int | None):
     """``(team, weights source)``: the run's team with its trained adapters loaded."""
     from .team import LLMConfig, LLMTeam
 
+    check_task_import(conf["backend"]["llm"].get("task", ""), f"{run_dir}/config.json")
     weights, source = run_weights(run_dir, stage)
     try:
         cfg = LLMConfig(**conf["backend"]["llm"])
-    except TypeError as e:
-        raise InputError(f"{run_dir}/config.json: bad LLM settings ({e})") from None
+    except (TypeError, ValueError) as e:
+        raise InputError(f"{run_dir}/config.json: bad LLM settings ({_first_line(e)})") from None
     if set(weights) != set(range(cfg.agents)):
         raise InputError(f"the weights hold agents {sorted(weights)}, the run has {cfg.agents}")
     team = LLMTeam(cfg)
     for j in range(cfg.agents):
-        team._set_weights(j, weights[j])
+        team._set_weights(j, checked_weights(team, j, weights[j], f"{run_dir} ({source})"))
     return team, source
 
 
@@ -317,8 +438,18 @@ def add_arguments(p) -> None:
                    help="also write each agent's base with the adapter merged in (agent{j}/merged)")
     p.add_argument("--include-base", action="store_true",
                    help="copy the base model into DIR/base (always for tiny-random)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing export in --out")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing export in --out (only a folder sat export wrote; "
+                        "atomically)")
     output_arguments(p)
+    trust_arguments(p)
+
+
+def trust_arguments(p) -> None:
+    """``--allow-task-import`` of the commands that read a run's or an export's files."""
+    p.add_argument("--allow-task-import", dest="allow_task_import_cmd", action="store_true",
+                   help="let the folder's config.json/team.json name a task class "
+                        "(module:Class) to import; its code runs, so only for files you trust")
 
 
 def run(args) -> int:

@@ -13,6 +13,12 @@
   ``.gguf`` file (converted and cached like the named default).
 
 Nothing is ever downloaded: every ``from_pretrained`` call runs with ``local_files_only``.
+Nothing from a model folder is run: every load passes ``trust_remote_code=False`` (so
+transformers never asks, and never imports a folder's ``.py``), a folder whose
+``config.json`` or ``tokenizer_config.json`` names custom code (``auto_map``) is refused,
+and weights are read only from safetensors (a folder of pickled ``pytorch_model.bin``
+weights is refused; :func:`check_model_folder`). The GGUF conversion is cached per user
+under a key of the GGUF's content (SHA-256), so every environment shares one copy.
 Models load in float32 on the CPU; :func:`place` then casts the frozen base to the run's
 ``dtype`` and moves it to its device (:func:`resolve_device`, :func:`resolve_dtype`).
 """
@@ -31,7 +37,7 @@ from sat_theory.errors import InputError
 
 __all__ = ["MODELS", "ModelSpec", "resolve_model", "load_model", "tiny_tokenizer", "cache_dir",
            "tiny_random_model", "hf_dir", "random_llama", "LLAMA_SHAPES", "resolve_device",
-           "resolve_dtype", "DTYPES", "place", "memory_peak"]
+           "resolve_dtype", "DTYPES", "place", "memory_peak", "check_model_folder"]
 
 #: base-model dtypes by name (``--dtype``); "auto" is float32 on CPU, bfloat16 on CUDA
 DTYPES = ("float32", "bfloat16", "float16")
@@ -247,10 +253,34 @@ def memory_peak(device, reset: bool = False) -> int:
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-def _gguf_cache_path(gguf: Path) -> Path:
+def _gguf_sha256(gguf: Path) -> str:
+    """SHA-256 of the GGUF's bytes, remembered under :func:`cache_dir` by path, size and
+    mtime (so the ~0.3 s hash of a 98 MB file runs once per file version)."""
     st = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
-    return cache_dir() / f"{gguf.stem}-{key[:12]}"
+    stat_key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
+    memo = cache_dir() / f".sha256-{stat_key.hexdigest()[:16]}"
+    try:
+        text = memo.read_text().strip()
+        if len(text) == 64:
+            return text
+    except OSError:
+        pass
+    h = hashlib.sha256()
+    with open(gguf, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        memo.write_text(h.hexdigest() + "\n")
+    except OSError:
+        pass
+    return h.hexdigest()
+
+
+def _gguf_cache_path(gguf: Path) -> Path:
+    """Where the float32 conversion of ``gguf`` is cached: keyed by its content, so copies
+    of one file in several environments share one conversion."""
+    return cache_dir() / f"{gguf.stem}-sha256-{_gguf_sha256(gguf)[:16]}"
 
 
 def _gguf_hf_dir(gguf: Path) -> Path:
@@ -259,11 +289,22 @@ def _gguf_hf_dir(gguf: Path) -> Path:
 
     target = _gguf_cache_path(gguf)
     if not (target / "config.json").is_file():
+        st = gguf.stat()  # the conversion cached under the older key (path, size, mtime)
+        old = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
+        old = cache_dir() / f"{gguf.stem}-{old.hexdigest()[:12]}"
+        if (old / "config.json").is_file():
+            try:
+                os.rename(old, target)
+            except OSError:  # another process moved it, or it is in use elsewhere
+                pass
+    if not (target / "config.json").is_file():
         if importlib.util.find_spec("gguf") is None:
             raise InputError("loading a GGUF model needs the 'gguf' package: pip install gguf")
-        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                            local_files_only=True, trust_remote_code=False)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                                     local_files_only=True)
+                                                     local_files_only=True,
+                                                     trust_remote_code=False)
         # the loader de-quantizes to float32 but keeps a GGUF "quantization" marker that makes
         # save_pretrained refuse; the weights are plain tensors now, so drop the marker
         model.hf_quantizer = None
@@ -282,7 +323,7 @@ def hf_dir(name: str, seed: int = 0) -> Path:
     :func:`load_model` of the folder gives the same weights and tokenizer as of ``name``."""
     spec = resolve_model(name)
     if spec.kind == "hf":
-        return Path(spec.path)
+        return check_model_folder(spec.path)
     if spec.kind == "gguf":
         return _gguf_hf_dir(Path(spec.path))
     target = cache_dir() / f"tiny-random-seed{int(seed)}"
@@ -304,11 +345,57 @@ def _publish(target: Path, model, tok) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+#: weight files that are pickles (loading one can run code)
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+
+
+def check_model_folder(path) -> Path:
+    """``path`` if it is a Hugging Face model folder sat may load without running anything
+    from it: no ``auto_map`` (custom code) in ``config.json``/``tokenizer_config.json``,
+    weights in safetensors (a folder of only pickled weights is refused). Else an
+    :class:`InputError` (exit 2)."""
+    import json
+
+    from sat_theory.ownership import regular_file
+
+    p = Path(path)
+    for name in ("config.json", "tokenizer_config.json"):
+        f = p / name
+        if not f.exists():
+            continue
+        regular_file(f, "model file")
+        if f.stat().st_size > 1 << 24:
+            raise InputError(f"{f} is larger than 16 MiB; not a model configuration")
+        try:
+            conf = json.loads(f.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InputError(f"{f} is not valid JSON ({type(e).__name__})") from None
+        if not isinstance(conf, dict):
+            raise InputError(f"{f} is not a JSON object")
+        if "auto_map" in conf:
+            raise InputError(f"{f} names custom model code (auto_map); sat never runs code from "
+                             "a model folder (trust_remote_code=False): use a model whose "
+                             "architecture transformers ships")
+    files = [f.name for f in p.iterdir()] if p.is_dir() else []
+    if not any(n.endswith(".safetensors") for n in files):
+        pickles = sorted(n for n in files if n.endswith(PICKLE_SUFFIXES))
+        what = (f"only pickled weights ({', '.join(pickles[:2])}), which can run code when "
+                "loaded; convert them to safetensors" if pickles else "no .safetensors weights")
+        raise InputError(f"model folder {p} has {what}")
+    return p
+
+
 def _load_hf(path: Path | str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    check_model_folder(path)
+    kw = dict(local_files_only=True, trust_remote_code=False)
+    try:
+        tok = AutoTokenizer.from_pretrained(path, **kw)
+        model = AutoModelForCausalLM.from_pretrained(path, use_safetensors=True, **kw)
+    except (OSError, ValueError, KeyError) as e:  # transformers' words for a bad folder
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise InputError(f"cannot load the model folder {path} ({first})") from None
     return model.float().eval(), tok
 
 

@@ -11,7 +11,9 @@ task scores against (an integer for ``arithmetic``, the ``#### x`` rule for data
 
 Prompts: ``--prompt`` (repeatable), else one per line on stdin. A stdin line that is a JSON
 object ``{"prompt": …, "answer": …}`` brings its answer along; ``--answer`` gives one for a
-single ``--prompt``.
+single ``--prompt``. Stdin must be UTF-8 text. Every prompt is checked against the base
+model's context length before the team plays (:func:`check_context`): a prompt that, in its
+chat template, leaves no room for ``max_new_tokens`` is refused naming its row (exit 2).
 """
 
 from __future__ import annotations
@@ -21,11 +23,16 @@ import sys
 
 from sat_theory.errors import InputError
 
-__all__ = ["add_arguments", "run", "read_prompts", "play"]
+__all__ = ["add_arguments", "run", "read_prompts", "play", "check_context"]
+
+#: no tokenizer's token is longer than this many characters (the longest tokens of BPE
+#: vocabularies are runs of ~128 spaces or dashes): a longer prompt is refused before it is
+#: tokenized (a 200 MB line aborted inside the Rust tokenizer)
+MAX_CHARS_PER_TOKEN = 256
 
 
 def add_arguments(p) -> None:
-    from .export import output_arguments
+    from .export import output_arguments, trust_arguments
 
     p.add_argument("team", metavar="RUN_DIR|EXPORT_DIR",
                    help="an LLM run folder (sat train --backend llm) or an export (sat export)")
@@ -40,6 +47,7 @@ def add_arguments(p) -> None:
     p.add_argument("--no-stream", action="store_true",
                    help="print each message when complete (default on a terminal: stream tokens)")
     output_arguments(p)
+    trust_arguments(p)
 
 
 def read_prompts(args, stdin=None) -> list[tuple[str, object]]:
@@ -54,7 +62,13 @@ def read_prompts(args, stdin=None) -> list[tuple[str, object]]:
     if stdin.isatty():
         raise InputError("give --prompt TEXT or pipe prompts on stdin (one per line)")
     out = []
-    for n, line in enumerate(stdin, 1):
+    for n, line in enumerate(getattr(stdin, "buffer", stdin), 1):
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"stdin line {n} is not UTF-8 text (byte 0x{line[e.start]:02x} "
+                                 f"at column {e.start + 1})") from None
         line = line.strip()
         if not line:
             continue
@@ -71,6 +85,35 @@ def read_prompts(args, stdin=None) -> list[tuple[str, object]]:
     if not out:
         raise InputError("no prompts on stdin")
     return out
+
+
+def context_length(team) -> int | None:
+    """The base model's context length in tokens (``max_position_embeddings``), if it has one."""
+    n = getattr(getattr(team._model(0), "config", None), "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+
+def check_context(team, prompts: list[tuple[str, object]]) -> None:
+    """Refuse (naming the row, 1-based) a prompt whose first context — the chat template
+    with the system prompt, the prompt in the task's form and the agent's private view —
+    plus ``max_new_tokens`` exceeds the model's context length."""
+    from .protocol import problem_views
+
+    ctx = context_length(team)
+    if ctx is None:
+        return
+    room, proto, tok = team.cfg.max_new_tokens, team.protocol, team.tokenizer(0)
+    for i, (prompt, answer) in enumerate(prompts, 1):
+        if len(prompt) > MAX_CHARS_PER_TOKEN * ctx:
+            raise InputError(f"prompt {i}: {len(prompt)} characters cannot fit the model's "
+                             f"context of {ctx} tokens")
+        problem = team.task.user_problem(prompt, answer)
+        shared, private = problem_views(team.task, problem, proto.n_agents)
+        n = len(proto.render(tok, shared, [], 0, proto.n_turns == 1,
+                             None if private is None else private[0]))
+        if n + room > ctx:
+            raise InputError(f"prompt {i}: {n} tokens in the chat template plus max_new_tokens "
+                             f"{room} exceed the model's context length of {ctx} tokens")
 
 
 def play(team, prompt: str, answer=None) -> dict:
@@ -133,6 +176,7 @@ def run(args) -> int:
         raise InputError(f"--stage must be >= 0, got {args.stage}")
     prompts = read_prompts(args)
     team, _info = load_team(args.team, stage=args.stage)
+    check_context(team, prompts)
     stream = not args.json and not args.no_stream and sys.stdout.isatty()
     if stream:
         team.streamer_for = _Printer(team)

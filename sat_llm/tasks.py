@@ -792,12 +792,25 @@ def _import_task(spec: str, kw: dict) -> Task:
 
 def make_task(name: str, prompts: str | None = None, **kw) -> Task:
     """The task called ``name`` (see :data:`TASKS`), or a user's ``package.module:Class``
-    (a :class:`Task` subclass); unknown names or options -> InputError."""
+    (a :class:`Task` subclass); unknown names or options -> InputError.
+
+    Importing a class runs its module's code, so inside ``sat`` it needs an explicit opt-in:
+    the command line sets ``$SAT_ALLOW_TASK_IMPORT`` to the ``--task`` the user typed, or to
+    ``*`` with ``--allow-task-import`` (:func:`sat_theory.cli.main`); a name read from a
+    ``config.json`` or ``team.json`` is then refused before anything is imported. Unset (a
+    library caller naming its own class) imports."""
+    import os
+
     classes = {"arithmetic": ArithmeticTask, "countdown": CountdownTask, "guess": GuessTask,
                "blocksworld": BlocksworldTask, "copy": CopyTask}
     if name not in classes and name not in ("dataset", "jsonl") and ":" not in name:
         raise InputError(f"unknown task {name!r}: choose one of {', '.join(TASKS)} "
                          "(or package.module:TaskClass)")
+    allowed = os.environ.get("SAT_ALLOW_TASK_IMPORT")
+    if ":" in name and allowed is not None and allowed != "*" and name not in allowed.split(","):
+        raise InputError(f"task {name!r} names a Python class to import (its module would run); "
+                         "sat imports a task class named in a file only when asked: rerun with "
+                         "sat --allow-task-import ... if you trust it")
     try:
         if ":" in name:
             return _import_task(name, kw)

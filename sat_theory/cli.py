@@ -7,6 +7,7 @@ stays fast and heavy optional dependencies load only where needed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 
@@ -32,7 +33,48 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*a, **kw)
 
     def error(self, message):  # one line, exit 2 (argparse prints usage too; keep it short)
-        self.exit(2, f"{self.prog}: error: {message[:300]}\n")
+        self.exit(2, f"{self.prog}: error: {_suggest(self, message)[:300]}\n")
+
+
+def _suggest(parser: argparse.ArgumentParser, message: str) -> str:
+    """``message`` with "did you mean --x?" for each unknown flag close to a known one (the
+    chosen subcommand's flags included: argparse reports unknown ones from the top parser)."""
+    import difflib
+
+    if not message.startswith("unrecognized arguments:"):
+        return message
+    known = set(parser._option_string_actions)
+    for sub in getattr(parser, "commands", {}).values():
+        known |= set(sub._option_string_actions)
+    hints = []
+    for word in message.split(":", 1)[1].split():
+        flag = word.split("=", 1)[0]
+        if flag.startswith("-"):
+            close = difflib.get_close_matches(flag, sorted(known), n=2, cutoff=0.7)
+            if close:
+                hints.append(f"{flag}: did you mean {' or '.join(close)}?")
+    return message + (f" ({'; '.join(hints)})" if hints else "")
+
+
+def repeated_flags(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """The first option that takes one value and appears twice in ``argv`` (``--stages 12
+    ... --stages 1``: argparse would keep the last silently), or ``None``. Repeatable
+    options (``append``) and switches may repeat. Checked for the ``sat`` command line
+    (``main()`` reading ``sys.argv``); ``main(argv)`` from Python keeps argparse's "the last
+    wins", for callers that build a base list plus overrides."""
+    seen: dict[str, str] = {}
+    for i, a in enumerate(argv):
+        if a == "--":
+            break
+        flag, eq, value = a.partition("=")
+        action = parser._option_string_actions.get(flag)
+        if action is None or action.nargs == 0 or isinstance(action, argparse._AppendAction):
+            continue
+        value = value if eq else argv[i + 1] if i + 1 < len(argv) else ""
+        if action.dest in seen:
+            return f"{flag} is given twice ({seen[action.dest]} and {value}); give it once"
+        seen[action.dest] = value
+    return None
 
 
 def arg_type(spec: tuple):
@@ -89,6 +131,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="sat", description="Sequential Agent Tuning (SAT) and TeamTR: exact "
                      "certificates on tabular team MDPs, training, figures.")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    parser.add_argument("--allow-task-import", action="store_true",
+                        help="let a run's config.json or an export's team.json name a task "
+                             "class (module:Class) to import; its module's code runs, so only "
+                             "for files you trust (a --task typed on the command line is "
+                             "always allowed)")
     parser.add_argument("--max-memory", type=_size, default=None, metavar="SIZE",
                         help="memory budget for what an input file may make sat allocate, "
                              "checked from the file's headers before reading (e.g. 512M, 8G; "
@@ -104,11 +151,23 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one ``sat`` command. The process contract (README, "Files, code and signals"):
+    bad input is one ``sat CMD: error:`` line and exit 2; SIGINT and SIGTERM end every
+    command with exit 130 after its temporary files are removed (both arrive as
+    ``KeyboardInterrupt``, so ``finally`` blocks run); a task class is imported only when
+    typed as ``--task`` or with ``--allow-task-import`` (:func:`sat_llm.tasks.make_task`)."""
+    from_shell = argv is None  # typed by a person (a Python caller may compose base + overrides)
     argv = sys.argv[1:] if argv is None else list(argv)
     # import only the chosen subcommand's module
     chosen = next((a for a in argv if a in COMMANDS), None)
     parser = build_parser(only=chosen)
+    typed = list(argv)  # before a --config file adds its settings
     try:
+        if chosen is not None and from_shell:
+            twice = repeated_flags(parser.commands[chosen], typed[typed.index(chosen) + 1:])
+            if twice:
+                print(f"sat {chosen}: error: {twice}", file=sys.stderr)
+                return 2
         if chosen == "train":  # --config FILE: its settings first, the typed flags override
             from .config_file import config_argv
 
@@ -127,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
         from . import mdp
 
         mdp.MAX_MEMORY = args.max_memory
+    with _process_contract(args, typed):
+        return _run(args)
+
+
+def _run(args) -> int:
     try:
         return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
     except (InputError, FileNotFoundError, IsADirectoryError, PermissionError) as e:
@@ -145,6 +209,40 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sat {args.command}: internal error: {type(e).__name__}: {_cap(msg)} "
               "(rerun with --debug for the traceback)", file=sys.stderr)
         return 1
+
+
+@contextlib.contextmanager
+def _process_contract(args, typed: list[str]):
+    """For the command's lifetime: SIGTERM raises ``KeyboardInterrupt`` like SIGINT (exit
+    130, temp files removed on the way out), and ``$SAT_ALLOW_TASK_IMPORT`` says which task
+    classes may be imported (the typed ``--task``; all with ``--allow-task-import``; none
+    otherwise). Both are restored afterwards (``main`` may run in-process, e.g. in tests)."""
+    import os
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    old_handler = None
+    try:
+        old_handler = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        pass
+    allow = getattr(args, "allow_task_import", False) or getattr(args, "allow_task_import_cmd", False)
+    task = next((a.split("=", 1)[1] if "=" in a else typed[i + 1]
+                 for i, a in enumerate(typed) if a.split("=", 1)[0] == "--task"
+                 and ("=" in a or i + 1 < len(typed))), "")
+    old_env = os.environ.get("SAT_ALLOW_TASK_IMPORT")
+    os.environ["SAT_ALLOW_TASK_IMPORT"] = "*" if allow else task if ":" in task else ""
+    try:
+        yield
+    finally:
+        if old_env is None:
+            os.environ.pop("SAT_ALLOW_TASK_IMPORT", None)
+        else:
+            os.environ["SAT_ALLOW_TASK_IMPORT"] = old_env
+        if old_handler is not None:
+            signal.signal(signal.SIGTERM, old_handler)
 
 
 def _cap(msg: str, limit: int = 300) -> str:

@@ -462,6 +462,9 @@ def _load_npz(path, what: str) -> dict:
         raise InputError(f"{what} file not found: {path}")
     if os.path.isdir(path):
         raise InputError(f"{what} path is a directory, not an .npz file: {path}")
+    from .ownership import regular_file
+
+    regular_file(path, f"{what} file")  # a FIFO or /dev/zero would block or never end
     with open(path, "rb") as f:
         magic = f.read(6)
     if magic == b"\x93NUMPY":

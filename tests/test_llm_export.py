@@ -63,7 +63,7 @@ def test_export_layout_and_model_card(trained):
     stage = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()
              if json.loads(x)["kind"] == "stage"][-1]
     card = (ex / "README.md").read_text()
-    assert f"{stage['J_after']:.3f} after 1 stages" in card
+    assert f"{stage['J_after']:.3f} after 1 stage." in card
     assert info["source"]["weights"].startswith("checkpoint.safetensors")
 
 
@@ -163,3 +163,181 @@ def test_streamed_tokens_are_the_messages(trained):
     assert sorted(got) == [0, 1]
     for j, (_who, text) in enumerate(r["messages"]):
         assert team.protocol.clean(tok.decode(got[j], skip_special_tokens=True)) == text
+
+
+# ------------------------------------------------------------------ own only what is ours
+def _tree(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_export_into_its_own_run_is_refused_and_deletes_nothing(trained, capsys):
+    """``sat export RUN --out RUN --overwrite`` used to leave only the export."""
+    run, _ = trained
+    before = _tree(run)
+    for out in (run, run / "sub", run.parent):
+        _one_line_error(capsys, main(["export", str(run), "--out", str(out), "--overwrite"]),
+                        "choose another folder")
+    assert _tree(run) == before
+
+
+def test_overwrite_replaces_only_an_export_it_wrote(trained, tmp_path, capsys):
+    run, _ = trained
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "thesis.tex").write_text("mine")
+    _one_line_error(capsys, main(["export", str(run), "--out", str(docs), "--overwrite"]),
+                    "nothing was deleted")
+    assert _tree(docs) == ["thesis.tex"]
+    ex = tmp_path / "ex"
+    assert main(["export", str(run), "--out", str(ex)]) == 0
+    first = _tree(ex)
+    assert ".sat-export" in first
+    (ex / "agent0" / "mine.txt").write_text("mine")  # inside a listed entry: replaced with it
+    assert main(["export", str(run), "--out", str(ex), "--overwrite"]) == 0
+    assert _tree(ex) == first and sorted(p.name for p in tmp_path.iterdir()) == ["docs", "ex"]
+    (ex / "notes.md").write_text("mine")  # a file next to the export's own entries
+    _one_line_error(capsys, main(["export", str(run), "--out", str(ex), "--overwrite"]),
+                    "did not write (notes.md)")
+    assert (ex / "notes.md").read_text() == "mine"
+
+
+def test_interrupted_overwrite_leaves_a_whole_export(trained, tmp_path, capsys, monkeypatch):
+    """Ctrl-C in the worst moment (right after the old export is moved or deleted) leaves a
+    whole export at --out (the old code deleted the old one and then discarded the new)."""
+    import os
+    import shutil
+    import signal
+
+    run, _ = trained
+    ex = tmp_path / "ex"
+    assert main(["export", str(run), "--out", str(ex)]) == 0
+    whole = _tree(ex)
+    real_replace, real_rmtree = os.replace, shutil.rmtree
+    fired = []
+
+    def fire(path):
+        if not fired and os.path.abspath(path) == str(ex):
+            fired.append(path)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def replace(src, dst, *a, **kw):
+        real_replace(src, dst, *a, **kw)
+        fire(src)
+
+    def rmtree(path, *a, **kw):
+        real_rmtree(path, *a, **kw)
+        fire(path)
+
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    assert main(["export", str(run), "--out", str(ex), "--overwrite"]) == 130
+    assert fired and _tree(ex) == whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ex"]  # no temp or aside folder
+
+
+# ------------------------------------------------------------------ hostile files
+def _export_copy(trained, tmp_path):
+    import shutil
+
+    _, ex = trained
+    dst = tmp_path / "ex"
+    shutil.copytree(ex, dst, ignore=shutil.ignore_patterns("merged"))
+    return dst
+
+
+def _edit_json(path, **changes):
+    d = json.loads(path.read_text())
+    for k, v in changes.items():
+        d[k] = v
+    path.write_text(json.dumps(d))
+
+
+def test_team_json_naming_a_task_class_runs_nothing(trained, tmp_path, capsys, monkeypatch):
+    """A module shipped inside an export and named by its team.json does not run when the
+    model card's own ``sat team .`` is followed (the export folder is on sys.path, as with
+    an empty PYTHONPATH element); ``--allow-task-import`` is the explicit opt-in."""
+    ex = _export_copy(trained, tmp_path)
+    marker = tmp_path / "pwned"
+    (ex / "evil_task.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
+                                     "from sat_llm.tasks import CopyTask as Task\n")
+    info = json.loads((ex / "team.json").read_text())
+    info["llm_config"]["task"] = "evil_task:Task"
+    (ex / "team.json").write_text(json.dumps(info))
+    monkeypatch.syspath_prepend(str(ex))
+    _one_line_error(capsys, main(["team", str(ex), "--prompt", "hi"]), "--allow-task-import")
+    assert not marker.exists()
+    assert main(["team", str(ex), "--prompt", "Repeat exactly: ab", "--allow-task-import",
+                 "--no-stream"]) == 0
+    assert marker.exists()  # the opt-in does what it says
+
+
+def test_bad_team_json_fields_are_one_line(trained, tmp_path, capsys):
+    ex = _export_copy(trained, tmp_path)
+    good = (ex / "team.json").read_text()
+    info = json.loads(good)
+    for change, pattern in ((dict(llm_config=5), "must be objects"),
+                            (dict(base_model=dict(info["base_model"], path="../../etc")),
+                             "inside the export"),
+                            (dict(base_model=dict(info["base_model"], path="/etc")),
+                             "inside the export"),
+                            (dict(llm_config=dict(info["llm_config"], agents="two")),
+                             "bad llm_config"),
+                            (dict(llm_config=dict(info["llm_config"], nope=1)), "bad llm_config")):
+        (ex / "team.json").write_text(good)
+        _edit_json(ex / "team.json", **change)
+        _one_line_error(capsys, main(["team", str(ex), "--prompt", "hi"]), pattern)
+
+
+def test_non_finite_or_misshapen_adapters_are_refused(trained, tmp_path, capsys):
+    """All-NaN adapters used to play and export with exit 0; a tensor of a shape that
+    broadcasts onto the adapter was accepted."""
+    from safetensors.torch import load_file, save_file
+
+    from sat_theory.checkpoint import load_state, save_state
+
+    ex = _export_copy(trained, tmp_path)
+    f = ex / "agent1" / "adapter_model.safetensors"
+    w = load_file(str(f))
+    save_file({k: torch.full_like(t, float("nan")) for k, t in w.items()}, str(f))
+    _one_line_error(capsys, main(["team", str(ex), "--prompt", "hi"]), "NaN or infinite")
+    k = sorted(w)[0]
+    save_file({**w, k: w[k][:1].clone()}, str(f))  # (1, n) broadcasts onto (r, n)
+    _one_line_error(capsys, main(["team", str(ex), "--prompt", "hi"]), "has shape")
+
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained[0], run)
+    ck = load_state(run / "checkpoint.safetensors")
+    name = sorted(ck["team"]["weights"][0])[0]
+    ck["team"]["weights"][0][name] = torch.full_like(ck["team"]["weights"][0][name], float("inf"))
+    save_state(run / "checkpoint.safetensors", ck)
+    _one_line_error(capsys, main(["export", str(run), "--out", str(tmp_path / "e")]),
+                    "NaN or infinite")
+    _one_line_error(capsys, main(["team", str(run), "--prompt", "hi"]), "NaN or infinite")
+    assert not (tmp_path / "e").exists()
+
+
+def test_stdin_and_prompts_are_bounded(trained, capsys, monkeypatch):
+    """Non-UTF-8 stdin and prompts longer than the model's context are one line naming the
+    row (exit 2), checked before the team plays (a 200 MB line aborted in the tokenizer)."""
+    run, _ = trained
+
+    class Bytes(io.StringIO):  # a pipe: text on top of bytes
+        def __init__(self, data):
+            super().__init__()
+            self.buffer = io.BytesIO(data)
+
+    monkeypatch.setattr("sys.stdin", Bytes(b"Repeat exactly: ab\n\xff\xfe bad\n"))
+    _one_line_error(capsys, main(["team", str(run)]), "stdin line 2 is not UTF-8")
+    _one_line_error(capsys, main(["team", str(run), "--prompt", "hi", "--prompt",
+                                  "x" * 3000]), "prompt 2: ")
+    _one_line_error(capsys, main(["team", str(run), "--prompt", "y" * (2048 * 256 + 1)]),
+                    "cannot fit the model's context")
+
+
+def test_team_errors_name_what_sat_team_does(tmp_path, capsys):
+    tab = tmp_path / "tab"
+    assert main(["train", "--env", "bandit", "--stages", "1", "--out", str(tab), "--quiet"]) == 0
+    capsys.readouterr()
+    _one_line_error(capsys, main(["team", str(tab), "--prompt", "hi"]), "can be played")

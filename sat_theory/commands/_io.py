@@ -52,6 +52,19 @@ def _not_utf8(path, line: int, offset: int, byte: int) -> InputError:
                       f"{offset})")
 
 
+def refuse_source_tree(out, given: bool, flag: str = "--out") -> None:
+    """A default output folder that lies inside the source checkout (``./plots``, the
+    committed ``figures/``) is refused: commands write there only when ``--out`` is typed.
+    ``given``: whether the user typed the flag."""
+    root = Path(__file__).resolve().parents[2]
+    if given or not ((root / "pyproject.toml").is_file() and (root / "sat_theory").is_dir()):
+        return
+    o = Path(out).resolve()
+    if o == root or root in o.parents:
+        raise InputError(f"the default {flag} {out} is inside the source checkout {root}; "
+                         f"pass {flag} {out} to write there on purpose, or {flag} DIR elsewhere")
+
+
 def jsonable(x):
     """Convert numpy scalars/arrays, tuples and non-finite floats to strict-JSON values.
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..executor import add_executor_arguments
 from ..metrics import write_json_atomic
-from ._io import pick_names
+from ._io import pick_names, refuse_source_tree
 
 #: every study, in the order they run (cheap exact studies first, training-based after)
 STUDIES = (
@@ -45,7 +45,9 @@ def add_arguments(p):
 
     p.add_argument("--quick", action="store_true",
                    help="small settings: every study in a few minutes in total")
-    p.add_argument("--out", default="figures", help="output directory (default: figures/)")
+    p.add_argument("--out", default="figures",
+                   help="output directory (default: figures/; inside the source checkout only "
+                        "when typed)")
     p.add_argument("--only", default=None,
                    help=f"comma-separated studies to run (default: all): {', '.join(STUDIES)}")
     p.add_argument("--seeds", type=arg_type(("int", 1, None, True, False)), default=None,
@@ -129,6 +131,7 @@ def run(args) -> int:
     if args.seeds is not None and args.seeds < 1:
         raise InputError(f"--seeds must be >= 1, got {args.seeds}")
     names = pick_names(args.only, STUDIES, "study")
+    refuse_source_tree(args.out, "out" in getattr(args, "given", {"out"}))
     if args.plot_only:
         return plot_only(names, Path(args.out), not args.no_report)
     out = Path(args.out)

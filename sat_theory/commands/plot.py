@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError
+from ._io import refuse_source_tree
 
 
 def add_arguments(p):
@@ -14,7 +15,8 @@ def add_arguments(p):
                    help="run directories with metrics.jsonl (several: drawn together, one "
                         "line per method, mean ± std over seeds)")
     p.add_argument("--out", default=None,
-                   help="output directory (default: RUN_DIR/plots for one run, ./plots otherwise)")
+                   help="output directory (default: RUN_DIR/plots for one run, ./plots otherwise; "
+                        "inside the source checkout only when typed)")
     p.add_argument("--delta", type=float, default=None,
                    help="trust-region radius to mark on the KL figure (default: from config.json)")
 
@@ -29,6 +31,7 @@ def run(args) -> int:
         if not (d / "metrics.jsonl").exists():
             raise InputError(f"{d} has no metrics.jsonl")
     out = Path(args.out) if args.out else (dirs[0] / "plots" if len(dirs) == 1 else Path("plots"))
+    refuse_source_tree(out, args.out is not None)
     paths = plot_runs(dirs, out, delta=args.delta)
     if not paths:
         raise InputError("the metrics have none of the columns the figures need")
