@@ -14,11 +14,24 @@ cases (docs/theory.md §8). A mutation whose bound stays valid — so that no bo
 catch it — names only ``certificate_definitions`` (every term against its definition) and
 says why in ``why``. If the edited string no longer occurs in the source, the test fails:
 the mutation must follow the code, not silently test nothing.
+
+Issue 25 adds the classes the formula mutations did not reach: estimator constants (DKW
+without its 2, √(δ/2) for the ratio-clipping term, variance for std), loading and validation
+(a dropped activity mask, negatives clipped and renormalised), the batched evaluator (an
+occupancy without its 1−γ), Stage-0 (a crossing step not cut back), and ``sat verify``'s own
+comparisons (a term compared with itself, tolerances loosened 10³, a swapped inequality, an
+off-by-one in a chained statement). A :class:`Mutation` may also target a module constant
+(``qualname`` a float: ``old``/``new`` its ``repr``) or a registered check itself (the
+registry entry is rebound too).
+
+``python tests/test_mutations.py [--full]`` measures the catch rate: every mutation against
+the whole ``sat verify --quick`` (or full ``sat verify``) — the numbers in the README.
 """
 
 from __future__ import annotations
 import __future__
 
+import dataclasses
 import functools
 import importlib
 import inspect
@@ -28,7 +41,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from sat_theory.verify import load_checks, run_checks
+from sat_theory.verify import CHECKS, load_checks, run_checks
 
 # import every check module now: a module first imported while a mutant is in place would
 # bind the mutant by `from … import` and keep it after the test restores the original
@@ -99,41 +112,130 @@ MUTATIONS = [
     Mutation("step_zeta_dropped", "sat_theory.certificates", "stage_certificate",
              "bound=L_seq - c_i * math.sqrt(delta) - zeta[i - 1] / (1 - g),",
              "bound=L_seq - c_i * math.sqrt(delta),", ("estimated_advantage_bound",)),
+    # ---------------------------------------------------------------- issue 25
+    Mutation("dkw_missing_2", "sat_theory.estimators", "dkw_epsilon",
+             "math.log(2.0 / eta) / (2.0 * N)", "math.log(2.0 / eta) / N", ("estimator_constants",),
+             why="conservative (ε √2 larger): no coverage test sees it; the level test does "
+                 "(exact Pr(D_N > ε) falls from 0.7–0.96η to ≤ 0.023η)"),
+    Mutation("hoeffding_missing_2", "sat_theory.estimators", "hoeffding_epsilon",
+             "math.sqrt(2.0 * math.log(2.0 / eta) / N)", "math.sqrt(math.log(2.0 / eta) / N)",
+             ("estimator_constants",),
+             why="finite_sample_coverage misses it at δ_conf = 0.05 (the two-point law then "
+                 "misses 5.5% against a threshold of 7.4%); at η = 1e-3 the exact rate is 6.6η"),
+    Mutation("ratio_clip_sqrt_half", "sat_theory.estimators", "ratio_clipping_term",
+             "np.sqrt(2.0 * np.asarray(kl, dtype=np.float64))",
+             "np.sqrt(0.5 * np.asarray(kl, dtype=np.float64))",
+             ("estimator_constants", "ratio_clipping_bias")),
+    Mutation("group_variance_for_std", "sat_theory.estimators", "group_advantages",
+             "out = dev / np.sqrt(var + eps_norm)[inv]", "out = dev / (var + eps_norm)[inv]",
+             ("group_advantage_definition",),
+             why="the clipping-bias inequalities hold for any law, so they pass with either "
+                 "normalization; the definition check compares with a direct computation"),
+    Mutation("batched_occupancy_unnormalized", "sat_theory.evaluate", "evaluate_many",
+             "(1.0 - dense.gamma) * dense.rho0", "dense.rho0", ("batched_equals_loop",),
+             why="the bound checks use the unbatched evaluate only"),
+    Mutation("mask_dropped_on_load", "sat_theory.mdp", "FactorizedMDP.load",
+             'data.get("active")', "None", ("file_round_trip",),
+             why="a masked MDP loads as a valid simultaneous one: every bound holds on it"),
+    Mutation("negatives_clipped", "sat_theory.mdp", "check_distribution_rows",
+             "if lo < -SUM_TOL:", "if False:", ("input_validation",),
+             why="the clipped, renormalised rows are valid distributions: every bound holds"),
+    Mutation("stage0_crossing_not_cut_back", "sat_theory.stage0", "align_distill",
+             "if D(kl_new) <= delta_align:  # the first point of this step inside the radius",
+             "if False:", ("stage0_boundary",),
+             why="the end point is still inside δ_align, so stage0_alignment passes; the "
+                 "boundary check sees it stop short"),
+    Mutation("stale_off_by_one", "sat_theory.certificates", "_assemble",
+             "sq[i] + sq[:i].sum()", "sq[i] + sq[:i + 1].sum()", ("certificate_definitions",),
+             why="weaker (√δ_i counted twice), so still a valid bound; the definitions check "
+                 "catches it"),
+    Mutation("chained_check_off_by_one", "sat_theory.verify.occupancy", "chained_occupancy_shift",
+             "sum(sq[: i - 1])", "sum(sq[:i])", ("checker_power",),
+             why="verify's own code, weaker (√δ_i of a step not yet taken): the check still "
+                 "passes, but its stronger_constant variant is then no longer violated"),
+    Mutation("pdl_compared_with_itself", "sat_theory.verify.identities", "performance_difference",
+             "T.equal(ev2.J - ev.J, rhs,", "T.equal(rhs, rhs,", ("checker_power",),
+             why="verify's own code: the check cannot fail, so its mutations are not reported"),
+    Mutation("tally_lower_swapped", "sat_theory.verify.tally", "Tally.lower",
+             "ok = bool(true >= bound - HOLD_TOL * (1.0 + abs(bound)))",
+             "ok = bool(true <= bound + HOLD_TOL * (1.0 + abs(bound)))", ("planted_violations",)),
+    Mutation("hold_tol_1e3", "sat_theory.certificates", "HOLD_TOL", "1e-09", "1e-06",
+             ("planted_violations",),
+             why="the mutated bounds miss by far more than 1e-6; the planted 3e-9 violation "
+                 "is let through"),
+    Mutation("estimators_tol_1e3", "sat_theory.verify.estimators", "TOL", "1e-09", "1e-06",
+             ("planted_violations",)),
+    Mutation("pdl_tol_1e3", "sat_theory.verify.identities", "PDL_TOL", "1e-09", "1e-06",
+             ("planted_violations",)),
 ]
 
 
 def _target(mod, qualname):
-    """(owner, attribute name, the plain function whose source is edited)."""
+    """(owner, attribute name, the object bound there, the plain function whose source is
+    edited — None for a constant)."""
     owner = mod
     *path, attr = qualname.split(".")
     for p in path:
         owner = getattr(owner, p)
     obj = inspect.getattr_static(owner, attr)
+    if isinstance(obj, int | float):
+        return owner, attr, obj, None
     fn = (obj.func if isinstance(obj, functools.cached_property)
-          else obj.fget if isinstance(obj, property) else obj)
+          else obj.fget if isinstance(obj, property)
+          else obj.__func__ if isinstance(obj, classmethod | staticmethod) else obj)
     return owner, attr, obj, fn
 
 
+def _source(fn) -> str:
+    """The function's source without its decorators (a registered check's ``@check(...)``
+    would register it a second time)."""
+    lines = textwrap.dedent(inspect.getsource(fn)).splitlines(keepends=True)
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(("def ", "async def ")))
+    return "".join(lines[start:])
+
+
+def _rebind(monkeypatch, mod, obj, new) -> None:
+    """Bind ``new`` wherever ``obj`` is bound: every ``from … import`` of it in the package,
+    and the check registry (a registered check's entry holds the function itself)."""
+    for other in list(sys.modules.values()):
+        if getattr(other, "__name__", "").startswith(("sat_theory", "experiments")):
+            for k, v in list(vars(other).items()):
+                if v is obj:
+                    monkeypatch.setattr(other, k, new)
+    for k, c in list(CHECKS.items()):
+        if c.fn is obj:
+            monkeypatch.setitem(CHECKS, k, dataclasses.replace(c, fn=new))
+
+
 def apply_mutation(monkeypatch, m: Mutation) -> None:
-    """Recompile ``m.qualname`` from its edited source and bind the mutant everywhere."""
+    """Recompile ``m.qualname`` from its edited source (or set the edited constant) and bind
+    the mutant everywhere."""
     mod = importlib.import_module(m.module)
     owner, attr, obj, fn = _target(mod, m.qualname)
-    src = textwrap.dedent(inspect.getsource(fn))
+    if fn is None:  # a module constant
+        assert repr(obj) == m.old, f"{m.name}: {m.qualname} is {obj!r}, not {m.old}"
+        new = type(obj)(m.new)
+        monkeypatch.setattr(owner, attr, new)
+        _rebind(monkeypatch, mod, obj, new)
+        return
+    src = _source(fn)
     assert src.count(m.old) == 1, f"{m.name}: {m.old!r} occurs {src.count(m.old)} times in {m.qualname}"
     ns = dict(vars(mod))  # the module's globals, copied: the mutant sees the same names
     code = compile(src.replace(m.old, m.new), f"<mutant {m.name}>", "exec",
                    flags=__future__.annotations.compiler_flag, dont_inherit=True)
     exec(code, ns)
     new = ns[fn.__name__]
+    # the decorators were stripped: wrap the function as the original was
     if isinstance(obj, functools.cached_property):
+        new = functools.cached_property(new)
         new.__set_name__(owner, attr)
+    elif isinstance(obj, property):
+        new = property(new)
+    elif isinstance(obj, classmethod | staticmethod):
+        new = type(obj)(new)
     monkeypatch.setattr(owner, attr, new)
     if owner is mod:  # rebind every `from m.module import name` in the package
-        for other in list(sys.modules.values()):
-            if getattr(other, "__name__", "").startswith(("sat_theory", "experiments")):
-                for k, v in list(vars(other).items()):
-                    if v is obj:
-                        monkeypatch.setattr(other, k, new)
+        _rebind(monkeypatch, mod, obj, new)
 
 
 @pytest.mark.parametrize("m", MUTATIONS, ids=lambda m: m.name)
@@ -150,5 +252,73 @@ def test_every_mutation_site_exists():
     """Each edited string occurs exactly once in the current source (else the test above
     would not test what it says)."""
     for m in MUTATIONS:
-        _, _, _, fn = _target(importlib.import_module(m.module), m.qualname)
-        assert inspect.getsource(fn).count(m.old) == 1, m.name
+        _, _, obj, fn = _target(importlib.import_module(m.module), m.qualname)
+        if fn is None:
+            assert repr(obj) == m.old, m.name
+        else:
+            assert _source(fn).count(m.old) == 1, m.name
+
+
+def test_catch_rate_counts_a_caught_and_a_harmless_edit():
+    """The catch-rate measurement (``__main__``) tells a caught mutation from a harmless one:
+    one caught by the quick suite, and an edit that changes nothing (a no-op replacement)."""
+    caught = next(m for m in MUTATIONS if m.name == "batched_occupancy_unnormalized")
+    noop = dataclasses.replace(caught, name="noop", new=caught.old)
+    only = ["batched_equals_loop", "file_round_trip"]
+    assert catches(caught, quick=True, names=only)["caught"]
+    assert not catches(noop, quick=True, names=only)["caught"]
+
+
+def catches(m: Mutation, *, quick: bool, names=None) -> dict:
+    """Run ``sat verify`` (``--quick`` or full; ``names``: only these checks) under mutation
+    ``m``: ``{"caught": bool, "failed": [check names], "crashed": [...]}``. Full runs go
+    through ``m.catchers`` first and stop at the first failure (the verdict of ``sat
+    verify`` is whether any check fails, so the order does not change it)."""
+    mp = pytest.MonkeyPatch()
+    try:
+        apply_mutation(mp, m)
+        names = list(CHECKS) if names is None else list(names)
+        if not quick:
+            names = [n for n in m.catchers if n in names] + [n for n in names if n not in m.catchers]
+        failed, crashed = [], []
+        for n in names:
+            r = run_checks([n], quick=quick, seed=0)[0]
+            if not r.passed:
+                failed.append(n)
+                if any(f.startswith("error:") for f in r.findings):
+                    crashed.append(n)
+                if not quick:
+                    break
+        return {"caught": bool(failed), "failed": failed, "crashed": crashed}
+    finally:
+        mp.undo()
+
+
+def main(argv=None) -> int:
+    """Catch rate of ``sat verify --quick`` (default) or full ``sat verify`` (``--full``) over
+    every mutation of :data:`MUTATIONS`; prints one line per mutation and the total."""
+    import argparse
+    import time
+    import warnings
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--full", action="store_true")
+    ap.add_argument("--only", default="", help="comma-separated mutation names")
+    a = ap.parse_args(argv)
+    warnings.simplefilter("ignore")
+    chosen = [m for m in MUTATIONS if not a.only or m.name in a.only.split(",")]
+    n_caught, t0 = 0, time.perf_counter()
+    for m in chosen:
+        t = time.perf_counter()
+        r = catches(m, quick=not a.full)
+        n_caught += r["caught"]
+        print(f"{m.name:34s} {'CAUGHT' if r['caught'] else 'missed'}  failing: "
+              f"{','.join(r['failed']) or '-'}{'  crashed: ' + ','.join(r['crashed']) if r['crashed'] else ''}"
+              f"  ({time.perf_counter() - t:.0f} s)", flush=True)
+    mode = "full sat verify" if a.full else "sat verify --quick"
+    print(f"{mode}: caught {n_caught}/{len(chosen)} mutations ({time.perf_counter() - t0:.0f} s)")
+    return 0 if n_caught == len(chosen) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -81,6 +81,13 @@ def load_checks() -> dict[str, Check]:
 
     for m in CHECK_MODULES:
         importlib.import_module(m)
+    # registration order is import order, which a caller importing one module early would
+    # change: keep the CHECK_MODULES order (stable within a module)
+    rank = {m: i for i, m in enumerate(CHECK_MODULES)}
+    items = sorted(CHECKS.items(), key=lambda kv: rank.get(kv[1].fn.__module__, len(rank)))
+    if list(CHECKS) != [k for k, _ in items]:
+        CHECKS.clear()
+        CHECKS.update(items)
     return CHECKS
 
 

@@ -147,17 +147,26 @@ def occupancy_shift_expected(*, quick: bool = False, seed: int = 0,
     ])
 
 
+#: the saved adversarial cases use more than this share of the chained bound (0.925 at
+#: γ = 0.1): the bound times it is a known-false statement (chained_occupancy_shift's
+#: ``stronger_constant``)
+CHAINED_SHARP = 0.9
+
+
 @check("chained_occupancy_shift",
        "TeamTR eq. (8) / Lemma B.9",
        "docs/theory.md §4.2 occupancy shift",
-       mutations=("drop_horizon", "last_term_only"))
+       mutations=("stronger_constant", "drop_horizon", "last_term_only"))
 def chained_occupancy_shift(*, quick: bool = False, seed: int = 0,
                             mutation: str | None = None) -> CheckResult:
     """``|E_{d^{π̂^{i−1}}} f − E_{d^{π̂^0}} f| ≤ √2γ/(1−γ) · ‖f‖∞ · Σ_{k<i} √δ_k``, ``i = 2..n``.
 
     ``δ_k = E_{s∼d^{π̂^{k−1}}} KL_s(π_cur^{σ(k)}‖π_tar^{σ(k)})`` (intermediate occupancy).
-    Mutations: ``drop_horizon`` (no ``1/(1−γ)``), ``last_term_only`` (only ``√δ_{i−1}``: the
-    shift does compound over earlier steps).
+    Mutations: ``stronger_constant`` (the constant times :data:`CHAINED_SHARP`: the saved
+    ``chained`` adversarial cases use more of the bound, so a weakened check — one more
+    ``√δ_k`` in the sum, a skipped ``i`` — no longer sees it), ``drop_horizon`` (no
+    ``1/(1−γ)``), ``last_term_only`` (only ``√δ_{i−1}``: the shift does compound over earlier
+    steps).
     """
     name = "chained_occupancy_shift"
     check_mutation(mutation, name)
@@ -189,6 +198,8 @@ def chained_occupancy_shift(*, quick: bool = False, seed: int = 0,
             for f in _test_functions(evs[i - 1].d, evs[0].d, rng, [f_i]):
                 lhs = abs(float(dd @ f))
                 b = SQ2 * g * h * np.abs(f).max() * s
+                if mutation == "stronger_constant":
+                    b *= CHAINED_SHARP
                 T.upper(lhs, b, f"{c.label} order={order} i={i}")
                 used.append((g, lhs, b))
     return T.result(name, ["share of the bound used, max by γ: " + share_by_gamma(used)]
