@@ -200,13 +200,27 @@ def remove_run_entries(folder) -> list[str]:
 
 @contextmanager
 def signals_held():
-    """SIGINT and SIGTERM wait (blocked, not lost) while the block runs; they arrive after."""
-    sigs = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    """SIGINT and SIGTERM wait while the block runs and are raised again after it, to the
+    handlers in force before. (Python handlers run in the main thread whichever thread the
+    signal reached, so deferring them holds in a process with library threads, where a
+    per-thread signal mask would not.) Outside the main thread: no effect."""
+    got: list[int] = []
+
+    def defer(signum, frame):
+        got.append(signum)
+
+    try:
+        old = {s: signal.signal(s, defer) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # handlers can be set in the main thread only
+        old = None
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        if old is not None:
+            for s, h in old.items():  # None: a handler not set from Python
+                signal.signal(s, signal.SIG_DFL if h is None else h)
+            if got:
+                signal.raise_signal(got[0])
 
 
 def replace_folder(new, out) -> None:
