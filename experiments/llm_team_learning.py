@@ -94,6 +94,14 @@ class StudyConfig:
     n_eval: int = _f(200, "held-out problems, disjoint from the training pool")
     threads: int = _f(1, "torch threads per run (2 cores: at most two runs at once)")
     swap_stages: int = _f(4, "plug-and-play: stages trained after the swap")
+    validation: int = _f(0, "problems of the training pool kept as a validation set (the "
+                            "arithmetic task's validation option; 0: none)")
+    heldout: str = _f("test", "what the held-out evaluation scores: test (the held-out set) | "
+                              "validation (the validation set; choosing learning rates)")
+
+    def task_options(self) -> dict:
+        extra = dict(validation=self.validation, heldout=self.heldout) if self.validation else {}
+        return dict(lo=self.lo, hi=self.hi, ops=self.ops, **extra)
 
     def llm_config(self, agents: int, seed: int):
         """The :class:`~sat_llm.team.LLMConfig` of a peer run's evaluation team: the same
@@ -101,7 +109,7 @@ class StudyConfig:
         from sat_llm.team import LLMConfig
 
         return LLMConfig(model=self.model, task="arithmetic",
-                         task_options=dict(lo=self.lo, hi=self.hi, ops=self.ops), agents=agents,
+                         task_options=self.task_options(), agents=agents,
                          max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                          lora_r=self.lora_r, lora_alpha=2 * self.lora_r, lr=self.lr,
                          minibatch=self.minibatch, n_train=self.n_train, n_eval=self.n_eval,
@@ -111,6 +119,8 @@ class StudyConfig:
         return ["--backend", "llm", "--model", self.model, "--task", "arithmetic",
                 "--task-option", f"lo={self.lo}", "--task-option", f"hi={self.hi}",
                 "--task-option", f"ops={json.dumps(self.ops)}",
+                *(["--task-option", f"validation={self.validation}", "--task-option",
+                   f"heldout={json.dumps(self.heldout)}"] if self.validation else []),
                 "--prompts", str(self.prompts), "--group-size", str(self.group_size),
                 "--max-new-tokens", str(self.max_new_tokens),
                 "--temperature", str(self.temperature), "--delta", str(self.delta),
@@ -147,12 +157,17 @@ def swap_flags(cfg: StudyConfig, method: str, seed: int, out: Path) -> list[str]
 
 
 def run_ours(cfg: StudyConfig, method: str, seed: int, out: Path, resume: bool,
-             stages: int | None = None) -> Path:
-    """Train one of our methods through ``sat train`` (the same command a user runs)."""
+             stages: int | None = None, *, d: Path | None = None, flags: list | None = None,
+             meta_extra: dict | None = None) -> Path:
+    """Train one of our methods through ``sat train`` (the same command a user runs).
+    ``d``/``flags``/``meta_extra``: the run folder, the method's flags (then ``stages`` is
+    required) and more fields for ``study.json`` (the common-schedule study, :func:`run_one`)."""
     from sat_theory.cli import main as sat
 
-    d = run_dir(out, method, seed)
-    if method in SWAPS:
+    d = d or run_dir(out, method, seed)
+    if flags is not None:
+        per_budget = 0
+    elif method in SWAPS:
         flags, per_budget = swap_flags(cfg, method, seed, out), 0
         stages = stages or cfg.swap_stages
     else:
@@ -172,13 +187,13 @@ def run_ours(cfg: StudyConfig, method: str, seed: int, out: Path, resume: bool,
             shutil.rmtree(d)
         argv = ["train", *cfg.train_flags(), *flags,
                 "--stages", str(stages or cfg.budget * per_budget), "--seed", str(seed),
-                "--save-policies", "--out", str(d), "--quiet"]
+                *([] if meta_extra else ["--save-policies"]), "--out", str(d), "--quiet"]
         rc = sat(argv)
     if rc != 0:
         raise SystemExit(f"sat train exited {rc} for {d}")
     meta = dict(method=method, seed=seed, finished=True,
                 wall_seconds=meta.get("wall_seconds", 0.0) + time.time() - t0,
-                study=asdict(cfg))
+                study=asdict(cfg), **(meta_extra or {}))
     write_json_atomic(meta_path, meta)
     for p in d.glob("checkpoint*"):  # adapters stay out of git; the run is complete
         p.unlink() if p.is_file() else shutil.rmtree(p)
@@ -210,19 +225,24 @@ def log_peer_eval(d: Path, team, writer, k: int, **fields) -> None:
     writer.log(dict(kind="stage", stage=k - 1, J_after=acc, eval_accuracy=acc, **fields))
 
 
-def finish_peer_run(d: Path, method: str, seed: int, t_start: float, cfg: StudyConfig) -> None:
+def finish_peer_run(d: Path, method: str, seed: int, t_start: float, cfg: StudyConfig,
+                    meta_extra: dict | None = None) -> None:
     write_json_atomic(d / "study.json", dict(method=method, seed=seed, finished=True,
-                                       wall_seconds=time.time() - t_start, study=asdict(cfg)))
+                                       wall_seconds=time.time() - t_start, study=asdict(cfg),
+                                       **(meta_extra or {})))
 
 
 # ------------------------------------------------------------------ TRL's GRPOTrainer (n = 1)
-def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int) -> Path:
+def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int, eval_every: int = 4,
+                  loss_type: str = "dapo", grad_clip: float = 1.0, meta_extra: dict | None = None,
+                  **grpo) -> Path:
     """TRL's ``GRPOTrainer`` with the study's settings (:func:`experiments.peer_trl.grpo_trainer`):
     the problems, prompts and held-out set of our single-agent team with the same seed, ``B =
     prompts`` prompts × ``G`` completions per generation, optimizer steps on minibatches of
     ``minibatch`` completions (``steps_per_generation = B·G/minibatch``, as our update's
     minibatches), ``steps`` generations (= our single-agent stages). After every
-    ``4``-th generation TRL's adapter is copied into our team and evaluated by the same greedy
+    ``eval_every``-th generation (and after the last) TRL's adapter is copied into our team
+    and evaluated by the same greedy
     held-out evaluation (``eval_{k}.jsonl``, ``k`` = generations); ``metrics.jsonl`` gets one
     record per evaluation with the generated tokens and the training wall seconds (evaluation
     time excluded, as for our runs). Not resumable: a killed TRL run starts again."""
@@ -245,8 +265,9 @@ def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int) -> Path:
                       lora_alpha=2 * cfg.lora_r, lora_targets=llm.lora_targets,
                       group_size=cfg.group_size, prompts_per_step=cfg.prompts, lr=cfg.lr,
                       max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed,
-                      out_dir=d / "trl_out", steps=steps * spg,
-                      per_device_train_batch_size=cfg.minibatch, steps_per_generation=spg)
+                      out_dir=d / "trl_out", steps=steps * spg, loss_type=loss_type,
+                      grad_clip=grad_clip, per_device_train_batch_size=cfg.minibatch,
+                      steps_per_generation=spg, **grpo)
     tokens = [0]
     verifier = tr.reward_funcs[0]
 
@@ -268,7 +289,7 @@ def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int) -> Path:
 
     class EvalEvery(TrainerCallback):
         def on_step_end(self, args, state, control, **kw):
-            if state.global_step % (4 * spg) == 0 or state.global_step == steps * spg:
+            if state.global_step % (eval_every * spg) == 0 or state.global_step == steps * spg:
                 now = time.perf_counter()
                 clock["train"] += now - clock["last"]
                 adapter_into(team, tr)
@@ -281,8 +302,228 @@ def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int) -> Path:
     tr.train()
     writer.close()
     shutil.rmtree(d / "trl_out", ignore_errors=True)
-    finish_peer_run(d, "trl", seed, t_start, cfg)
+    finish_peer_run(d, "trl", seed, t_start, cfg, meta_extra)
     return d
+
+
+# ------------------------------------------------------------------ the common-schedule study
+# (issue 21): every method evaluated at the same points of the sampled-message budget, learning
+# rates chosen on a validation set, parity of our plain GRPO (n = 1) with TRL's loss it matches.
+#: the common evaluation grid: a held-out evaluation every GRID_MESSAGES sampled training
+#: messages (one 2-agent SAT stage: 2 rollouts x 8 prompts x 4 episodes x 2 messages)
+GRID_MESSAGES = 128
+#: the learning-rate grid of the tuning runs; CoMLRL also at its documented default
+LR_GRID = (3e-4, 1e-3, 3e-3)
+COMLRL_DEFAULT_LR = 5e-6
+#: validation problems (the first of the 100-problem training pool; tuning runs train on the
+#: other 50): disjoint from the 200 held-out problems and from the tuning runs' training pool
+N_VALIDATION = 50
+#: ours, plain: GRPO at n = 1 with β = 0 and no backtracking (no trust region), TRL's token
+#: ratio and no std normalisation: the update of TRL's dr_grpo with scale_rewards="none"
+#: (tests/test_trl_oracle.py), up to the constant factor of :func:`trl_drgrpo_clip`. β:
+#: ``sat train`` refuses ``--beta 0`` (TrainConfig needs β > 0, which the trust region's
+#: doubling needs); 1e-300 is 0 in the float32 loss (``β · KL`` rounds to 0.0, and so does
+#: its gradient), and with no trust region β is never adapted: exactly β = 0
+PLAIN_FLAGS = ["--method", "no-tr", "--agents", "1", "--beta", "1e-300", "--ratio", "token",
+               "--no-std-norm"]
+STUDY_METHODS = ("plain", "trl-drgrpo", "sat", "trl", "comlrl")
+
+
+def trl_drgrpo_clip(cfg: StudyConfig) -> float:
+    """TRL's ``max_grad_norm`` equivalent to our gradient clip: a minibatch of ``mb`` of the
+    ``M = B·G`` messages has our loss ``−Σ_mb Σ_u min(r_u A, …)/M`` and TRL dr_grpo's
+    ``−Σ_mb Σ_u min(r_u A, …)/(mb·L_max)``, so our gradient is ``c = L_max·mb/M`` times
+    TRL's and clipping ours at ``g`` is clipping TRL's at ``g/c``."""
+    from sat_llm.team import LLMConfig
+
+    c = cfg.max_new_tokens * cfg.minibatch / (cfg.prompts * cfg.group_size)
+    return LLMConfig().grad_clip / c
+
+
+def messages_per_unit(cfg: StudyConfig, method: str) -> int:
+    """Sampled messages per stage (ours), per generation (TRL), per prompt (CoMLRL)."""
+    from experiments.peer_comlrl import messages_per_prompt
+
+    episodes = cfg.prompts * cfg.group_size
+    return {"sat": 2 * episodes * 2, "plain": episodes, "trl": episodes,
+            "trl-drgrpo": episodes, "comlrl": messages_per_prompt(cfg.group_size)}[method]
+
+
+def schedule(cfg: StudyConfig, method: str) -> tuple[int, list[int]]:
+    """``(units, evaluated units)`` of a method at the study's budget (``budget`` grid steps
+    of :data:`GRID_MESSAGES`): the units (stages / generations / prompts) to train and the
+    unit counts after which the held-out evaluation runs, the nearest to every grid point."""
+    per = messages_per_unit(cfg, method)
+    units = max(1, round(cfg.budget * GRID_MESSAGES / per))
+    at = sorted({min(units, max(1, round(j * GRID_MESSAGES / per))) for j in range(1, cfg.budget + 1)})
+    return units, at
+
+
+def run_name(method: str, lr: float, seed: int, tune: bool = False) -> str:
+    return f"{'tune/' if tune else ''}{method}_lr{lr:g}_s{seed}"
+
+
+def parse_run(name: str) -> tuple[bool, str, float, int]:
+    """``(tune, method, lr, seed)`` of a run name (:func:`run_name`)."""
+    import re
+
+    m = re.fullmatch(r"(tune/)?([a-z-]+)_lr([0-9.e+-]+)_s(\d+)", name)
+    if not m or m.group(2) not in STUDY_METHODS:
+        raise SystemExit(f"not a run of the common-schedule study: {name!r} (methods "
+                         f"{', '.join(STUDY_METHODS)}; e.g. {run_name('plain', 1e-3, 0)})")
+    return bool(m.group(1)), m.group(2), float(m.group(3)), int(m.group(4))
+
+
+def run_one(cfg: StudyConfig, name: str, out: Path, resume: bool) -> Path:
+    """Train one run of the common-schedule study into ``out/name`` (:func:`parse_run`):
+    tuning runs (``tune/``) train on the pool's last 50 problems and are evaluated on the
+    :data:`N_VALIDATION` validation problems; the others train on the whole pool and are
+    evaluated on the held-out set. ``study.json`` records the load average at start and end
+    and the training seconds (evaluation excluded), hence the evaluation share."""
+    from dataclasses import replace
+
+    tune, method, lr, seed = parse_run(name)
+    cfg = replace(cfg, lr=lr)
+    if tune:
+        cfg = replace(cfg, validation=N_VALIDATION, heldout="validation",
+                      n_train=cfg.n_train - N_VALIDATION, n_eval=N_VALIDATION)
+    d = out / name
+    d.parent.mkdir(parents=True, exist_ok=True)
+    units, at = schedule(cfg, method)
+    extra = dict(run=name, lr=lr, tune=tune, load_start=os.getloadavg(), schedule=at)
+    if method in ("plain", "sat"):
+        k = at[0]
+        if any(b - a != k for a, b in zip([0, *at], at)):
+            raise SystemExit(f"{method}: the grid is not every {k} stages")
+        flags = PLAIN_FLAGS if method == "plain" else METHODS["sat"][0]
+        run_ours(cfg, method, seed, out, resume, units, d=d,
+                 flags=[*flags, "--eval-every", str(k)], meta_extra=extra)
+    elif method in ("trl", "trl-drgrpo"):
+        kw = (dict(loss_type="dr_grpo", scale_rewards="none", grad_clip=trl_drgrpo_clip(cfg))
+              if method == "trl-drgrpo" else {})  # trl: TRL's own dapo, group std, clip 1
+        run_study_trl(cfg, seed, d, steps=units, eval_every=at[0], meta_extra=extra, **kw)
+    else:
+        from experiments.peer_comlrl import run_study_comlrl
+
+        run_study_comlrl(cfg, seed, d, n_prompts=units, eval_at=set(at), meta_extra=extra)
+    meta = json.loads((d / "study.json").read_text())
+    meta["load_end"] = os.getloadavg()
+    write_json_atomic(d / "study.json", meta)
+    return d
+
+
+def chosen_lr(out: Path, method: str, scoring: str = "lenient") -> float | None:
+    """The learning rate of ``method`` with the highest validation AUC (mean accuracy over the
+    evaluations) among its finished tuning runs (seed 0; ties: the smaller rate); ``None``
+    until every tuning run of the method has finished."""
+    from experiments.study_metrics import curve_metrics
+
+    lrs = (*LR_GRID, COMLRL_DEFAULT_LR) if method == "comlrl" else LR_GRID
+    auc = {}
+    for lr in lrs:
+        d = out / run_name(method, lr, 0, tune=True)
+        if not _finished(d):
+            return None
+        auc[lr] = curve_metrics(score_matrix(d, scoring)[1])["auc"]
+    return max(sorted(auc), key=lambda lr: auc[lr])
+
+
+def _finished(d: Path) -> bool:
+    p = d / "study.json"
+    return p.is_file() and bool(json.loads(p.read_text()).get("finished"))
+
+
+def score_matrix(d: Path, scoring: str = "lenient"):
+    """``(checkpoints, S)`` of a run: the evaluated unit counts and the (K, n) 0/1 matrix of
+    ``eval_{k}.jsonl`` under ``scoring`` (problems in id order)."""
+    import numpy as np
+
+    ks = sorted(int(p.stem[5:]) for p in d.glob("eval_*.jsonl") if p.stem[5:].isdigit())
+    rows = []
+    for k in ks:
+        sc = read_eval(d / f"eval_{k}.jsonl", scoring)
+        rows.append([sc[i] for i in sorted(sc)])
+    return ks, np.array(rows, dtype=np.float64)
+
+
+#: the queue of the common-schedule study, in the order it runs: parity (ours-plain vs TRL
+#: dr_grpo, three seeds, the same rate), the tuning grid on the validation set, the chosen
+#: rates on three seeds, then 3x and 10x the chosen rates on two seeds ("@F" = F x chosen)
+def queue_issue21() -> list[str]:
+    q = []
+    for s in range(3):
+        q += [run_name("plain", 1e-3, s), run_name("trl-drgrpo", 1e-3, s)]
+    for lr in LR_GRID:
+        q += [run_name(m, lr, 0, tune=True) for m in ("plain", "trl", "sat", "comlrl")]
+    q.append(run_name("comlrl", COMLRL_DEFAULT_LR, 0, tune=True))
+    for s in range(3):
+        q += [f"{m}_lr@1_s{s}" for m in ("plain", "trl", "sat", "comlrl")]
+    for f in (3, 10):
+        for s in range(2):
+            q += [f"{m}_lr@{f}_s{s}" for m in ("plain", "trl", "sat", "comlrl")]
+    return q
+
+
+QUEUES = {"issue21": queue_issue21}
+
+
+def resolve(out: Path, entry: str) -> str | None:
+    """A queue entry's run name: ``m_lr@F_sS`` becomes ``m_lr{F·chosen}_sS`` once the tuning
+    runs of ``m`` have finished (``None`` before)."""
+    if "_lr@" not in entry:
+        return entry
+    method, rest = entry.split("_lr@")
+    factor, seed = rest.split("_s")
+    lr = chosen_lr(out, method)
+    return None if lr is None else run_name(method, float(factor) * lr, int(seed))
+
+
+def run_queue(out: Path, queue: str, jobs: int = 2, poll: float = 10.0) -> int:
+    """Run the queue ``queue`` (:data:`QUEUES`) under ``out``, ``jobs`` runs at a time, each a
+    separate process (``--run NAME --resume``, one torch thread; its log in
+    ``out/.logs/``): finished runs are skipped, a killed run resumes (ours from its
+    checkpoint; a peer run starts again), an entry that needs chosen rates waits for its
+    tuning runs. Commits nothing. Returns 0 when every entry finished, else 1."""
+    import subprocess
+
+    entries = QUEUES[queue]()
+    logs = out / ".logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    running: dict[str, subprocess.Popen] = {}
+    failed: set[str] = set()
+    pending = list(entries)
+    while pending or running:
+        for name, proc in list(running.items()):
+            if proc.poll() is not None:
+                del running[name]
+                print(f"{time.strftime('%H:%M:%S')} {name}: exit {proc.returncode}", flush=True)
+                if proc.returncode != 0:
+                    failed.add(name)
+        progressed = False
+        for entry in list(pending):
+            if len(running) >= jobs:
+                break
+            name = resolve(out, entry)
+            if name is None:
+                continue  # waits for its tuning runs
+            pending.remove(entry)
+            progressed = True
+            if name in running or name in failed or _finished(out / name):
+                continue
+            log = (logs / name.replace("/", "_")).with_suffix(".log")
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--out", str(out),
+                   "--run", name, "--resume"]
+            print(f"{time.strftime('%H:%M:%S')} start {name}", flush=True)
+            with open(log, "a") as fh:
+                running[name] = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
+        if not running and not progressed and pending:
+            print(f"cannot resolve {pending}: their tuning runs failed", flush=True)
+            break
+        if running:
+            time.sleep(poll)
+    left = [e for e in entries if (n := resolve(out, e)) is None or not _finished(out / n)]
+    print(f"{len(entries) - len(left)} of {len(entries)} finished; failed: {sorted(failed)}")
+    return 0 if not left else 1
 
 
 # ------------------------------------------------------------------ report
@@ -594,6 +835,12 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed (≥ 0)")
     p.add_argument("--resume", action="store_true", help="continue a killed run")
     p.add_argument("--report", action="store_true", help="summarise every finished run in --out")
+    p.add_argument("--run", default=None, metavar="NAME",
+                   help="one run of the common-schedule study, e.g. plain_lr0.001_s0 or "
+                        "tune/trl_lr0.003_s0 (methods: " + ", ".join(STUDY_METHODS) + ")")
+    p.add_argument("--queue", choices=sorted(QUEUES), default=None,
+                   help="run a queue of the common-schedule study, two runs at a time")
+    p.add_argument("--jobs", type=int, default=2, help="--queue: runs at a time")
     p.add_argument("--rescore", action="store_true",
                    help="re-score every run's eval files under --out from their saved final "
                         "messages (strict, lenient, format_ok)")
@@ -610,6 +857,11 @@ def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if a.queue:
+        return run_queue(out, a.queue, a.jobs)
+    if a.run:
+        run_one(cfg, a.run, out, a.resume)
+        return 0
     if a.rescore:
         print(json.dumps(rescore(out)))
         return 0

@@ -74,9 +74,11 @@ def _distinct_pad(tok, agents):
     return tok
 
 
-def run_study_comlrl(cfg, seed: int, d: Path, *, n_prompts: int, eval_every: int) -> Path:
+def run_study_comlrl(cfg, seed: int, d: Path, *, n_prompts: int, eval_every: int = 0,
+                     eval_at=(), meta_extra: dict | None = None) -> Path:
     """Train with ``MAGRPOTrainer`` on ``n_prompts`` training prompts (one epoch), evaluate
-    with our team every ``eval_every`` prompts; writes the run folder ``d`` (module
+    with our team every ``eval_every`` prompts, or after the prompt counts in ``eval_at``
+    (the common message grid), and after the last; writes the run folder ``d`` (module
     docstring). ``cfg``: the study's :class:`~experiments.llm_team_learning.StudyConfig`."""
     import torch
     from comlrl.trainers.reinforce.magrpo import MAGRPOConfig, MAGRPOTrainer
@@ -160,7 +162,7 @@ def run_study_comlrl(cfg, seed: int, d: Path, *, n_prompts: int, eval_every: int
         out = step(batch_item, **kw)
         clock["prompts"] += 1
         k = clock["prompts"]
-        if k % eval_every == 0 and k < n_prompts:
+        if ((eval_every and k % eval_every == 0) or k in eval_at) and k < n_prompts:
             clock["train"] += time.perf_counter() - clock["last"]
             evaluate(k)
             clock["last"] = time.perf_counter()
@@ -173,5 +175,5 @@ def run_study_comlrl(cfg, seed: int, d: Path, *, n_prompts: int, eval_every: int
     clock["train"] += time.perf_counter() - clock["last"]
     evaluate(n_prompts)
     writer.close()
-    finish_peer_run(d, "comlrl", seed, t_start, cfg)
+    finish_peer_run(d, "comlrl", seed, t_start, cfg, meta_extra)
     return d

@@ -28,6 +28,12 @@ gradient). Every log-ratio Δ_u is 0, so ``w = r_u = w̄ = 1`` and no clip is ac
 tokens): ``ratio="token"`` is ``L_max ×`` TRL's ``dr_grpo`` in value and gradient (derivation
 in :mod:`sat_llm.loss`); the sequence form is not, and the test prints by how much.
 Agreement is to 1e-5 relative (float32 forward passes; measured ~1e-6).
+
+**The study's plain GRPO** (``--method no-tr --agents 1 --beta 1e-300 --ratio token
+--no-std-norm``) through ``run_stage``, 6 AdamW steps on one batch (5 of them off-policy)
+against TRL's ``dr_grpo`` with ``scale_rewards="none"`` and TRL's own optimizer, step by step:
+the same gradients up to the constant ``c = L_max·mb/M`` and the same parameters after every
+step once TRL's clip and Adam ε are divided by ``c``.
 """
 
 import numpy as np
@@ -91,7 +97,7 @@ class Oracle:
         self.reward_of = {m: float(r) for m, r in zip(self.msgs, self.rewards, strict=True)}
 
     # ---------------------------------------------------------------- TRL side
-    def trainer(self, loss_type: str, level: str, num_iterations: int = 1):
+    def trainer(self, loss_type: str, level: str, num_iterations: int = 1, **config):
         from datasets import Dataset
         from peft import LoraConfig
         from trl import GRPOConfig, GRPOTrainer
@@ -109,7 +115,7 @@ class Oracle:
                           max_completion_length=L_MAX, temperature=TAU, loss_type=loss_type,
                           importance_sampling_level=level, scale_rewards="none", epsilon=EPS,
                           num_iterations=num_iterations, gradient_checkpointing=False,
-                          save_strategy="no", seed=0)
+                          save_strategy="no", seed=0, **config)
         data = Dataset.from_list([{"prompt": self._chat(p)} for p in dict.fromkeys(self.prompts)])
         lora = LoraConfig(r=self.cfg.lora_r, lora_alpha=self.cfg.lora_alpha, lora_dropout=0.0,
                           target_modules=list(self.cfg.lora_targets), bias="none")
@@ -266,3 +272,104 @@ def test_peer_trl_harness_same_prompts_reward_and_adapter(tmp_path, monkeypatch)
     after = team._get_weights(0)
     assert all(torch.equal(after[k], theirs[k].detach()) for k in after)
     assert any(not torch.equal(after[k], before[k]) for k in after)  # TRL's step moved it
+
+
+def test_no_tr_stage_is_trl_dr_grpo_over_several_off_policy_steps(oracle, monkeypatch):
+    """``--method no-tr --agents 1`` with β = 0 (the study's ``plain``: ``--beta 1e-300``, which
+    is 0 in the float32 loss), the token ratio and no std normalisation, run through the
+    algorithm's ``run_stage``, against TRL's ``dr_grpo`` (``scale_rewards="none"``) stepped by
+    TRL's own optimizer (``create_optimizer``) and gradient clip, minibatch by minibatch in
+    our order: 2 minibatches x 3 epochs = 6 AdamW steps on one batch, so every step after the
+    first is off-policy (ratios != 1). Per step our minibatch gradient is ``c = L_max·mb/M``
+    times TRL's (dr_grpo divides by ``mb·L_max``, ours by ``M``), hence TRL's clip is ours
+    divided by ``c`` (:func:`experiments.llm_team_learning.trl_drgrpo_clip`); the parameters
+    after every step agree (with Adam's ε divided by ``c`` too; with TRL's own ε the first
+    step already differs by 0.6% of the distance moved on this tiny model, whose gradient
+    entries are ~1e-7). No backtracking (0 backtracks), β is 1e-300 at every step."""
+    from sat_theory.algorithm import RunState, TrainConfig, run_stage
+
+    team, cfg = oracle.team, oracle.cfg
+    M, mb = len(oracle.msgs), cfg.minibatch
+    c = L_MAX * mb / M
+    tcfg = TrainConfig(method="no-tr", beta_init=1e-300, normalize_std=False, A_clip=None,
+                       n_groups=B, group_size=G, stages=1, eval_every=1)
+    params = team._params(0)
+    keys = sorted(params)
+    theta0 = {k: p.detach().clone() for k, p in params.items()}
+    opt = team._opt[0]
+    ours_theta, ours_grad, betas = [], [], []
+    step_, update_ = opt.step, team.update
+
+    def recording_step(*a, **kw):  # our gradient (after our clip) and θ after each step
+        ours_grad.append(torch.cat([params[k].grad.detach().flatten() for k in keys]))
+        out = step_(*a, **kw)
+        ours_theta.append(torch.cat([params[k].detach().flatten() for k in keys]))
+        return out
+
+    def recording_update(agent, batch, adv, beta, *a, **kw):
+        betas.append(beta)
+        return update_(agent, batch, adv, beta, *a, **kw)
+
+    monkeypatch.setattr(opt, "step", recording_step)
+    monkeypatch.setattr(team, "update", recording_update)
+    monkeypatch.setattr(team, "rollout", lambda n_groups, group_size: oracle.batch)
+    team.cfg.ratio = "token"
+    clip = team.cfg.grad_clip
+    team.cfg.grad_clip = 0.03  # so that the clip binds on some steps (our norms: 0.02-0.1)
+    records = []
+    try:
+        run_stage(team, tcfg, RunState.initial(tcfg, 1), log=records.append, J_before=None,
+                  evaluate_after=False)
+    finally:
+        monkeypatch.undo()
+        team.restore(0, oracle.ref)
+        team.cfg.grad_clip = clip
+    step_rec = next(r for r in records if r["kind"] == "step")
+    assert betas == [1e-300] and step_rec["backtracks"] == 0 and step_rec["opt_steps"] == 6
+
+    # TRL: same start, same completions, its dr_grpo loss, its optimizer and clip (ours / c)
+    # Adam's ε acts on gradients c times smaller in TRL: ε / c makes the step identical (the
+    # study keeps TRL's ε = 1e-8: negligible against its gradient entries, see the report)
+    eps = team._opt[0].defaults["eps"]
+    tr = oracle.trainer("dr_grpo", "token", num_iterations=2, learning_rate=cfg.lr,
+                        weight_decay=0.0, max_grad_norm=0.03 / c, adam_epsilon=eps / c)
+    theirs = oracle.trl_params(tr)
+    with torch.no_grad():
+        for k, p in theirs.items():
+            p.copy_(theta0[k])
+    inputs = oracle.trl_inputs(tr)  # old_per_token_logps at θ_0, as TRL's generation step
+    trl_opt = tr.create_optimizer()
+    n_rows = len(oracle.msgs)
+    clipped = 0
+    for step in range(6):
+        s = (step % (M // mb)) * mb
+        rows = {k: (v[s:s + mb] if torch.is_tensor(v) and v.dim() and v.shape[0] == n_rows else v)
+                for k, v in inputs.items()}
+        trl_opt.zero_grad(set_to_none=True)
+        tr._compute_loss(tr.model, rows).backward()
+        g_trl = torch.cat([theirs[k].grad.detach().flatten() for k in keys])
+        norm = float(torch.nn.utils.clip_grad_norm_(list(theirs.values()), tr.args.max_grad_norm))
+        clipped += norm > tr.args.max_grad_norm
+        g_trl_clipped = torch.cat([theirs[k].grad.detach().flatten() for k in keys])
+        trl_opt.step()
+        theta = torch.cat([theirs[k].detach().flatten() for k in keys])
+        moved = float((ours_theta[step] - torch.cat([theta0[k].flatten() for k in keys])).norm())
+        e_g = _rel(ours_grad[step], c * g_trl_clipped)
+        e_t = float((theta - ours_theta[step]).norm()) / moved
+        print(f"step {step + 1}: TRL grad norm {norm:.3g} (clip {tr.args.max_grad_norm:.3g}); "
+              f"rel. gradient error {e_g:.1e}, parameter error / distance moved {e_t:.1e}")
+        # clip_grad_norm_ scales by clip/(norm + 1e-6): the 1e-6 weighs c times more on
+        # TRL's smaller norm, (c−1)·1e-6/norm ≈ 1e-5..1e-4 relative here (measured 3e-5..8e-5)
+        assert e_g < 2e-4 and e_t < 1e-4
+        if step == 0:
+            g0 = g_trl
+    assert clipped  # the clip matters, so matching it is tested
+    assert float(g0.norm()) > 0
+    # off-policy after the first step: TRL's ratios at the last θ are not all 1
+    with torch.no_grad():
+        lp = tr._get_per_token_logps_and_entropies(
+            tr.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1),
+            inputs["completion_ids"].size(1))[0]
+    ratio = torch.exp(lp - inputs["old_per_token_logps"])[inputs["completion_mask"].bool()]
+    assert float((ratio - 1).abs().max()) > 0.05
