@@ -223,9 +223,12 @@ def export_team(run_dir, out, *, stage: int | None = None, merged: bool = False,
             (tmp / "_peft" / f"agent{j}").rename(tmp / f"agent{j}")
             _fix_base_reference(tmp / f"agent{j}", base_ref)
         shutil.rmtree(tmp / "_peft", ignore_errors=True)
+        from .protocol import views_record
+
         info = dict(format=FORMAT, n_agents=cfg.agents, base_model=base_ref,
                     agents=[dict(index=j, adapter=f"agent{j}") for j in range(cfg.agents)],
                     protocol=_protocol_record(team),
+                    views=views_record(team.task, team.protocol, team.eval_set),
                     task=dict(name=cfg.task, options=cfg.task_options),
                     llm_config=cfg.to_dict(), algorithm=conf["algorithm"],
                     metrics=_final_metrics(run_dir),

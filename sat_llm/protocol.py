@@ -12,6 +12,18 @@ instruction between agents), the active agent's id shown or not for all, the rea
 (``reasoning_tags=False`` strips ``<think>…</think>`` blocks before a message enters the shared
 context, so no agent sees another's hidden reasoning), and each agent's own chat template
 for the markup.
+
+**Per-agent views** (team tasks with private information, e.g. ``relay`` in
+:mod:`sat_llm.team_tasks`). A task may split a problem into a shared part and one private part
+per agent: ``task.views(problem, n_agents) -> (shared, [private_0, …, private_{n−1}])``. Agent
+``j`` then sees the shared part as the task message, the shared transcript, and its own
+private part ``private_j`` appended to the last user message (the instruction it acts on); it
+never sees another agent's private part. The views are a fixed function of the problem, i.e.
+of the initial state, so the context agent ``j`` conditions on is a fixed function ``f_j`` of
+the shared state and the team policy stays factorized over that state (``docs/theory.md``
+§1). A task with views may also bring its own between-agent instruction (``review_prompt``)
+and refuse a team size it cannot split for (``check_team(n_agents)``): :func:`protocol_for`.
+A task without ``views`` renders exactly as before.
 """
 
 from __future__ import annotations
@@ -23,7 +35,8 @@ import numpy as np
 
 from sat_theory.errors import InputError
 
-__all__ = ["Protocol", "SYSTEM_PROMPT", "REVIEW_PROMPT", "ROUTERS"]
+__all__ = ["Protocol", "SYSTEM_PROMPT", "REVIEW_PROMPT", "ROUTERS", "protocol_for",
+           "problem_views", "has_views", "views_record"]
 
 SYSTEM_PROMPT = "You are a careful assistant. Answer briefly."
 REVIEW_PROMPT = ("Check the answer above. If it is wrong, correct it. End with a line "
@@ -73,13 +86,16 @@ class Protocol:
             message = re.sub(r"<think>.*?(</think>|$)", "", message, flags=re.DOTALL)
         return message.strip()
 
-    def messages(self, prompt: str, history: list[tuple[str, str]], agent: int, last: bool) -> list[dict]:
+    def messages(self, prompt: str, history: list[tuple[str, str]], agent: int, last: bool,
+                 view: str | None = None) -> list[dict]:
         """Chat messages for ``agent`` speaking after ``history`` (``(speaker, text)`` pairs,
         speaker ``"agent k"`` or ``"environment"``): the task as the first user message, each
         agent message as an assistant message, environment feedback as a user message, and
         the canonical review instruction between two consecutive agent messages (chat
         templates need alternating roles). The active agent's id is shown only with
-        ``show_agent_id`` (small models tend to parrot it)."""
+        ``show_agent_id`` (small models tend to parrot it). ``view``: the agent's private
+        part of the problem (module docstring), appended to the last user message after a
+        blank line; ``None`` (tasks without views) adds nothing."""
         msgs = [{"role": "system", "content": self.system_prompt},
                 {"role": "user", "content": prompt}]
         for k, (who, text) in enumerate(history):
@@ -89,13 +105,67 @@ class Protocol:
             msgs.append({"role": "assistant", "content": text})
             if k + 1 == len(history) or history[k + 1][0] != "environment":
                 msgs.append({"role": "user", "content": self.review_prompt})
+        if view is not None:
+            msgs[-1]["content"] += f"\n\n{view}"
         if self.show_agent_id:
             role = "the final answer of the team" if last else "your contribution"
             msgs[-1]["content"] += f"\n(You are agent {agent + 1} of {self.n_agents}; write {role}.)"
         return msgs
 
-    def render(self, tokenizer, prompt: str, history, agent: int, last: bool) -> list[int]:
+    def render(self, tokenizer, prompt: str, history, agent: int, last: bool,
+               view: str | None = None) -> list[int]:
         """Token ids of the context (chat template with the generation prompt)."""
-        text = tokenizer.apply_chat_template(self.messages(prompt, history, agent, last),
+        text = tokenizer.apply_chat_template(self.messages(prompt, history, agent, last, view),
                                              add_generation_prompt=True, tokenize=False)
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def has_views(task) -> bool:
+    """Does ``task`` split its problems into per-agent views (module docstring)?"""
+    return callable(getattr(task, "views", None))
+
+
+def problem_views(task, problem, n_agents: int) -> tuple[str, list | None]:
+    """``(shared prompt, private parts per agent or None)`` of ``problem``: the task's
+    :meth:`views` for a task with views, else ``(problem.prompt, None)`` (every agent sees
+    the whole prompt, nothing private)."""
+    if not has_views(task):
+        return problem.prompt, None
+    shared, private = task.views(problem, n_agents)
+    if len(private) != n_agents:
+        raise InputError(f"task {getattr(task, 'name', task)!r} gave {len(private)} private "
+                         f"views for {n_agents} agents")
+    return shared, [str(v) for v in private]
+
+
+def protocol_for(task, n_agents: int, **kw) -> Protocol:
+    """The canonical protocol of an ``n_agents`` team on ``task``: ``Protocol(n_agents,
+    **kw)``, with the task's own between-agent instruction where it has one
+    (``task.review_prompt``: a string, or a function of the team size), after the task has accepted the team size
+    (``task.check_team(n_agents)``, which raises :class:`InputError`)."""
+    check = getattr(task, "check_team", None)
+    if callable(check):
+        check(n_agents)
+    review = getattr(task, "review_prompt", None)
+    if callable(review):  # one instruction per team size
+        review = review(n_agents)
+    if review is not None and "review_prompt" not in kw:
+        kw["review_prompt"] = str(review)
+    return Protocol(n_agents, **kw)
+
+
+def views_record(task, protocol: Protocol, problems) -> dict | None:
+    """What ``team.json`` says about the per-agent views (``None``: a task without views,
+    every agent sees the whole prompt): where the private part goes, the function that makes
+    the views, and the views of the first problem of ``problems`` as an example."""
+    if not has_views(task):
+        return None
+    cls = type(task)
+    rec = dict(placement="agent j's private part is appended, after a blank line, to the last "
+                         "user message of its context; the shared part is the task message",
+               function=f"{cls.__module__}.{cls.__qualname__}.views",
+               n_agents=protocol.n_agents)
+    if problems:
+        shared, private = problem_views(task, problems[0], protocol.n_agents)
+        rec["example"] = dict(problem=problems[0].prompt, shared=shared, private=private)
+    return rec

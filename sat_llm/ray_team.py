@@ -114,7 +114,7 @@ class AgentWorker:
         import torch
 
         from .checkpoint import CHECKPOINT, load_checkpoint
-        from .protocol import Protocol
+        from .protocol import protocol_for
         from .team import LLMConfig, LLMTeam
 
         c = LLMConfig(**dict(cfg, **self._placement(cfg)))
@@ -129,8 +129,9 @@ class AgentWorker:
         self.base_inner = self.team._agent_base[self.k]
         # the sampling RNG as LLMTeam leaves it after construction (the proxy starts from it)
         self.init_torch_rng = torch.get_rng_state()
-        self.protocol = Protocol(c.agents, router=c.router, turns=c.turns,
-                                 reasoning_tags=c.reasoning_tags)
+        # the team's protocol (the task's between-agent instruction and views included)
+        self.protocol = protocol_for(self.team.task, c.agents, router=c.router, turns=c.turns,
+                                     reasoning_tags=c.reasoning_tags)
         self._batch: tuple | None = None  # (key, Batch): stable objects keep LLMTeam's
         self._refs: dict = {}  # reference-logprob cache (keyed by id()) warm across calls
         self.ckpt = Path(checkpoint_dir) / f"agent{agent}" if checkpoint_dir else None
@@ -253,8 +254,8 @@ class AgentWorker:
 
     def generate(self, items, last: bool, greedy: bool, rng_state, chunk: int, checks=None):
         """:meth:`sat_llm.team.LLMTeam._messages` of this agent for ``items = [(prompt,
-        history), ...]``, plus the sampling RNG state after the draws (``None`` when none was
-        given): the proxy's RNG stream travels with the call. ``checks``: the rollout's
+        history, view), ...]`` (``view``: this agent's private part or ``None``), plus the
+        sampling RNG state after the draws (``None`` when none was given): the proxy's RNG stream travels with the call. ``checks``: the rollout's
         running behaviour log-prob check ``(Σ|Δ|, tokens, max|Δ|, rescored)`` so far (a
         sampled turn); the call continues it as ``LLMTeam`` does across its speakers and also
         returns it, with the inner team's ``_rollout_extra`` (the check's summary and this

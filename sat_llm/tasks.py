@@ -770,6 +770,7 @@ TASKS = {
     "guess": "number guessing with bulls/cows feedback (multi-turn)",
     "blocksworld": "blocksworld plan generation with a plan validator",
     "copy": "repeat a random string (partial credit; sanity task for tiny models)",
+    "relay": "split-information arithmetic: each agent sees one part (sat_llm.team_tasks)",
     "dataset": "your own local dataset (--dataset PATH: save_to_disk folder, parquet, JSONL, "
                "CSV); answers checked by --checker (default math-verify)",
     "jsonl": "the same as dataset (the older name, for a JSONL file)",
@@ -802,7 +803,8 @@ def make_task(name: str, prompts: str | None = None, **kw) -> Task:
     import os
 
     classes = {"arithmetic": ArithmeticTask, "countdown": CountdownTask, "guess": GuessTask,
-               "blocksworld": BlocksworldTask, "copy": CopyTask}
+               "blocksworld": BlocksworldTask, "copy": CopyTask,
+               "relay": __import__("sat_llm.team_tasks", fromlist=["_"]).RelayTask}
     if name not in classes and name not in ("dataset", "jsonl") and ":" not in name:
         raise InputError(f"unknown task {name!r}: choose one of {', '.join(TASKS)} "
                          "(or package.module:TaskClass)")

@@ -41,7 +41,7 @@ from sat_theory.team import Batch, Episode, Turn
 from .kl import sampled_sequence_kl, sequence_kl
 from .loss import RATIOS, clipped_surrogate, ratio_clip_fraction, token_clipped_surrogate
 from .models import DTYPES, memory_peak, place, resolve_device, resolve_dtype
-from .protocol import Protocol
+from .protocol import Protocol, problem_views, protocol_for
 from .rollout import generate, message_logprobs, score_logits
 from .tasks import Problem, make_task
 
@@ -201,8 +201,8 @@ def task_setup(cfg):
     turn-taking protocol, the seeded training prompts and the held-out problems (disjoint
     from the training pool). Shared by every team class so they see the same problems."""
     task = make_task(cfg.task, cfg.prompts, **cfg.task_options)
-    protocol = Protocol(cfg.agents, router=cfg.router, turns=cfg.turns,
-                        reasoning_tags=cfg.reasoning_tags)
+    protocol = protocol_for(task, cfg.agents, router=cfg.router, turns=cfg.turns,
+                            reasoning_tags=cfg.reasoning_tags)  # the task's views, if any
     if task.multi_turn and not cfg.turns:
         protocol.turns = 2 * cfg.agents  # interactive tasks need several rounds
     task.check_sizes(cfg.n_train, cfg.n_eval)  # before any model is loaded
@@ -225,8 +225,9 @@ class EpisodeLoop:
     :meth:`_speak` (where the speakers' messages are generated: in process, or on actors)."""
 
     def _speak(self, items: dict, last: bool, greedy: bool) -> dict:
-        """``items = {agent: [(prompt, history), ...]}`` → ``{agent: (contexts, messages,
-        logps, texts)}`` for one turn; sampling draws happen in ascending agent order."""
+        """``items = {agent: [(prompt, history, view), ...]}`` (``view``: the agent's private
+        part, or ``None``) → ``{agent: (contexts, messages, logps, texts)}`` for one turn;
+        sampling draws happen in ascending agent order."""
         raise NotImplementedError
 
     def _rollout_extra(self) -> dict:
@@ -244,6 +245,8 @@ class EpisodeLoop:
         history: list[list[tuple[str, str]]] = [[] for _ in range(E)]
         turns: list[list[tuple]] = [[] for _ in range(E)]
         done = [False] * E
+        # (shared prompt, private part per agent | None): a fixed function of the problem
+        views = [problem_views(self.task, p, proto.n_agents) for p in problems]
         bar = progress_bar(proto.n_turns, unit="turn",
                            desc="evaluation (greedy)" if greedy else "rollout")
         for t in range(proto.n_turns):
@@ -252,7 +255,9 @@ class EpisodeLoop:
             for e in range(E):
                 if not done[e]:
                     by_agent.setdefault(schedules[e][t], []).append(e)
-            results = self._speak({j: [(problems[e].prompt, history[e]) for e in idx]
+            results = self._speak({j: [(views[e][0], history[e],
+                                        None if views[e][1] is None else views[e][1][j])
+                                       for e in idx]
                                    for j, idx in by_agent.items()}, last, greedy)
             bar.update(1)
             # each episode has one speaker per turn, so applying the results after all
@@ -689,14 +694,15 @@ class LLMTeam(EpisodeLoop):
     @torch.no_grad()
     def _messages(self, k: int, items, last: bool, greedy: bool, chunk: int, *,
                   protocol: Protocol | None = None, speaker: int | None = None):
-        """Messages of agent ``k`` for ``items = [(prompt, history), ...]`` in chunks of
+        """Messages of agent ``k`` for ``items = [(prompt, history[, view]), ...]`` in chunks of
         ``chunk``: ``(contexts, messages, logps, texts)`` — context/message token ids, the
         summed behaviour log-probability and the cleaned text for the shared context.
         ``protocol``/``speaker``: the team's protocol and the agent's index in it (default:
         this team's and ``k``; a Ray actor holds a one-agent team of a larger protocol)."""
         cfg, proto = self.cfg, protocol or self.protocol
         tok = self.tokenizer(k)
-        ctxs = [proto.render(tok, p, h, k if speaker is None else speaker, last) for p, h in items]
+        ctxs = [proto.render(tok, p, h, k if speaker is None else speaker, last, *v)
+                for p, h, *v in items]
         model = self._activate(k)
         stop = stop_ids(tok)
 
