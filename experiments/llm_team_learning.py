@@ -510,7 +510,7 @@ def run_queue(out: Path, queue: str, jobs: int = 2, poll: float = 10.0) -> int:
             progressed = True
             if name in running or name in failed or _finished(out / name):
                 continue
-            log = (logs / name.replace("/", "_")).with_suffix(".log")
+            log = logs / (name.replace("/", "_") + ".log")
             cmd = [sys.executable, str(Path(__file__).resolve()), "--out", str(out),
                    "--run", name, "--resume"]
             print(f"{time.strftime('%H:%M:%S')} start {name}", flush=True)
@@ -637,6 +637,51 @@ def curve(d: Path):
     return tokens, secs, acc
 
 
+def format_rate(path: Path) -> float:
+    """Fraction of one eval file's final messages that follow the answer format."""
+    recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return sum(bool(r.get("format_ok")) for r in recs) / len(recs)
+
+
+#: sampled training messages per stage / generation / prompt of the first study's methods
+#: (study.json's method; the common-schedule study uses :func:`messages_per_unit`)
+OLD_MESSAGES = {"sat": 128, "sat-token": 128, "naive": 64, "joint": 64, "single": 32, "trl": 32,
+                "comlrl": 40}
+
+
+def budgets(d: Path) -> dict[int, float]:
+    """``{checkpoint k: sampled training messages after it}`` of a run's eval files."""
+    meta = json.loads((d / "study.json").read_text())
+    per = (messages_per_unit(StudyConfig(**{k: v for k, v in meta["study"].items()
+                                            if k in StudyConfig.__dataclass_fields__}),
+                             meta["method"]) if "run" in meta else OLD_MESSAGES[meta["method"]])
+    ks = sorted(int(p.stem[5:]) for p in d.glob("eval_*.jsonl") if p.stem[5:].isdigit())
+    return {k: float(k * per) for k in ks}
+
+
+def paired_on_schedule(da: Path, db: Path, *, reps: int = 10000) -> dict:
+    """Run ``a`` against run ``b`` on their common checkpoints of the message grid
+    (:data:`GRID_MESSAGES`, :func:`experiments.study_metrics.common_checkpoints`), under both
+    scorings: ``{scoring: compare_runs(...)}`` plus ``checkpoints`` (the grid points' k of
+    each run). Requires the same held-out problems (same prompts)."""
+    import numpy as np
+
+    from experiments.study_metrics import common_checkpoints, compare_runs
+
+    rows = common_checkpoints([budgets(da), budgets(db)], GRID_MESSAGES)
+    pa = [json.loads(x)["prompt"] for x in (da / "eval_0.jsonl").read_text().splitlines() if x.strip()]
+    pb = [json.loads(x)["prompt"] for x in (db / "eval_0.jsonl").read_text().splitlines() if x.strip()]
+    if pa != pb:
+        raise ValueError(f"{da} and {db} are not scored on the same problems")
+    out = dict(checkpoints=rows)
+    for scoring in SCORINGS:
+        (ka, Sa), (kb, Sb) = score_matrix(da, scoring), score_matrix(db, scoring)
+        ia = np.array([ka.index(r[0]) for r in rows])
+        ib = np.array([kb.index(r[1]) for r in rows])
+        out[scoring] = compare_runs(Sa[ia], Sb[ib], reps=reps)
+    return out
+
+
 def report(out: Path) -> int:
     import pandas as pd
 
@@ -659,6 +704,12 @@ def report(out: Path) -> int:
             swaps[d.name] = [acc[0], sum(swapped.values()) / len(swapped), *acc[1:]]
         else:
             curves[d.name] = (meta["method"], tokens, secs, acc)
+        sb, sa = read_eval(evals[0], "strict"), read_eval(evals[-1], "strict")
+        g_s, lo_s, hi_s = paired_bootstrap(sb, sa)
+        extra.update(acc_untrained_strict=sum(sb.values()) / len(sb),
+                     acc_final_strict=sum(sa.values()) / len(sa), gain_strict=g_s,
+                     gain_strict_ci_lo=lo_s, gain_strict_ci_hi=hi_s,
+                     format_final=format_rate(evals[-1]))
         rows.append(dict(run=d.name, method=meta["method"], seed=meta["seed"], **extra,
                          n_eval=len(before), stages=len(evals) - 1,
                          acc_untrained=sum(before.values()) / len(before),
@@ -718,21 +769,39 @@ def comparisons(out: Path, rows: list[dict]) -> list[dict]:
             if prompts[0] != prompts[1]:
                 continue  # not the same held-out problems: no paired comparison
             diff, lo, hi = paired_bootstrap(read_eval(fb), read_eval(fa))
+            ps = paired_on_schedule(out / by[(a, seed)]["run"], out / by[(b, seed)]["run"])
+            sched = {f"{name}_{sc}{suffix}": v for sc in SCORINGS
+                     for name in ("auc", "final", "drawdown")
+                     for suffix, v in zip(("", "_ci_lo", "_ci_hi"), ps[sc]["diff"][name],
+                                          strict=True)}
             res.append(dict(a=by[(a, seed)]["run"], b=by[(b, seed)]["run"], seed=seed,
                             acc_a=by[(a, seed)]["acc_final"], acc_b=by[(b, seed)]["acc_final"],
                             diff=diff, diff_ci_lo=lo, diff_ci_hi=hi,
+                            common_checkpoints=len(ps["checkpoints"]),
+                            mcnemar_p=ps["lenient"]["mcnemar_p"],
+                            mcnemar_p_strict=ps["strict"]["mcnemar_p"], **sched,
                             tokens_a=by[(a, seed)]["tokens"], tokens_b=by[(b, seed)]["tokens"],
                             train_minutes_a=by[(a, seed)]["train_minutes"],
                             train_minutes_b=by[(b, seed)]["train_minutes"]))
     return res
 
 
+def _ci(c: dict, key: str) -> str:
+    """``+x.x [lo, hi]`` in points of ``c[key]`` and its ``_ci_lo``/``_ci_hi``."""
+    return (f"{100 * c[key]:+.1f} [{100 * c[key + '_ci_lo']:+.1f}, "
+            f"{100 * c[key + '_ci_hi']:+.1f}]")
+
+
 def comparisons_table(comp: list[dict]) -> str:
-    head = ("| a | b | final a | final b | a − b (points) [95% CI] | tokens a / b | "
-            "training min a / b |\n|---|---|---|---|---|---|---|")
+    """Final accuracy a − b (lenient and strict, McNemar p) and, on the checkpoints both runs
+    share on the message grid, AUC a − b under both scorings (points, paired 95% CIs)."""
+    head = ("| a | b | final a | final b | final a − b, lenient [95% CI] (McNemar p) | final a − b, "
+            "strict | shared checkpoints | AUC a − b, lenient | AUC a − b, strict | tokens a / b | "
+            "training min a / b |\n|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [f"| {c['a']} | {c['b']} | {c['acc_a']:.3f} | {c['acc_b']:.3f} | "
-             f"{100 * c['diff']:+.1f} [{100 * c['diff_ci_lo']:+.1f}, {100 * c['diff_ci_hi']:+.1f}] | "
-             f"{c['tokens_a']:.0f} / {c['tokens_b']:.0f} | "
+             f"{_ci(c, 'diff')} ({c['mcnemar_p']:.2g}) | {_ci(c, 'final_strict')} "
+             f"({c['mcnemar_p_strict']:.2g}) | {c['common_checkpoints']} | {_ci(c, 'auc_lenient')} | "
+             f"{_ci(c, 'auc_strict')} | {c['tokens_a']:.0f} / {c['tokens_b']:.0f} | "
              f"{c['train_minutes_a']:.1f} / {c['train_minutes_b']:.1f} |" for c in comp]
     return "\n".join([head, *lines])
 
@@ -776,13 +845,16 @@ def plot_swaps(swaps: dict, out: Path) -> None:
 
 def markdown_table(rows: list[dict]) -> str:
     """The summary as a Markdown table (accuracies and gains in points)."""
-    head = ("| run | untrained | final | gain (points) [95% CI] | best | tokens | training min "
-            "| total min |\n|---|---|---|---|---|---|---|---|")
+    head = ("| run | untrained | final | gain (points) [95% CI] | best | strict: untrained → "
+            "final | strict gain [95% CI] | final format followed | tokens | training min "
+            "| total min |\n|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         lines.append(f"| {r['run']} | {r['acc_untrained']:.3f} | {r['acc_final']:.3f} | "
                      f"{100 * r['gain']:+.1f} [{100 * r['gain_ci_lo']:+.1f}, "
                      f"{100 * r['gain_ci_hi']:+.1f}] | {r['best_acc']:.3f} | "
+                     f"{r['acc_untrained_strict']:.3f} → {r['acc_final_strict']:.3f} | "
+                     f"{_ci(r, 'gain_strict')} | {100 * r['format_final']:.0f}% | "
                      f"{r['tokens']:.0f} | {r['train_minutes']:.1f} | {r['wall_minutes']:.1f} |")
     return "\n".join(lines)
 
