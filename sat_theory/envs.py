@@ -31,7 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import InputError
-from .mdp import FactorizedMDP
+from .mdp import FactorizedMDP, check_memory
 
 __all__ = ["random_mdp", "named_mdp", "NAMED", "LAYOUTS"]
 
@@ -73,6 +73,10 @@ def random_mdp(n_states: int, n_agents: int, n_actions: int | tuple[int, ...] = 
 
     Rewards are uniform on ``[−reward_scale, reward_scale]``; ``rho0`` is Dirichlet(1).
     ``n_actions`` may be per agent (simultaneous/masked layouts only).
+
+    The memory budget (:func:`sat_theory.mdp.check_memory`, ``sat --max-memory``) covers a
+    generated MDP as it covers a loaded one: its dense transition array (8·S·K·S bytes for
+    K joint actions; 12·S·A·k for sparse rows) is checked before anything is drawn.
     """
     if layout not in LAYOUTS:
         raise InputError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
@@ -80,10 +84,12 @@ def random_mdp(n_states: int, n_agents: int, n_actions: int | tuple[int, ...] = 
         raise InputError("n_states and n_agents must be >= 1")
     rng = np.random.default_rng(seed)
     S, n = n_states, n_agents
+    what = f"a random {layout} MDP with {S} states"
     if layout == "turn":
         if not isinstance(n_actions, int | np.integer):
             raise InputError("turn-taking MDPs give every agent the same number of actions")
         A = int(n_actions)
+        check_memory(12 * S * A * min(successors or 5, S) if sparse else 8 * S * A * S, what)
         turn = np.arange(S) % n if S >= n else rng.integers(0, n, size=S)
         rng.shuffle(turn)
         R = rng.uniform(-reward_scale, reward_scale, size=(S, A))
@@ -102,7 +108,8 @@ def random_mdp(n_states: int, n_agents: int, n_actions: int | tuple[int, ...] = 
     counts = (int(n_actions),) * n if isinstance(n_actions, int | np.integer) else tuple(n_actions)
     if len(counts) != n:
         raise InputError(f"n_actions has {len(counts)} entries for {n} agents")
-    K = int(np.prod(counts))
+    K = int(np.prod(counts, dtype=np.float64))
+    check_memory(8 * S * K * S, what)
     P = _rows(rng, S * K, S, successors, concentration).reshape((S, *counts, S))
     R = rng.uniform(-reward_scale, reward_scale, size=(S, *counts))
     rho0 = rng.dirichlet(np.ones(S))

@@ -195,11 +195,60 @@ class RunFolder:
 
     def checkpoint(self) -> dict | None:
         path = self.path / CHECKPOINT
-        return load_state(path) if path.exists() else None
+        if not path.exists():
+            return None
+        ck = load_state(path)
+        check_checkpoint(ck, path)
+        return ck
+
+
+def check_checkpoint(ck, path) -> None:
+    """The runner's part of a checkpoint has the shape :meth:`Runner.checkpoint` writes (the
+    team's part is the backend's to check): else one :class:`InputError`, never a KeyError
+    deep inside a resume."""
+    from numbers import Integral, Real
+
+    def count(x):
+        return isinstance(x, Integral) and not isinstance(x, bool) and x >= 0
+
+    def bad(what):
+        return InputError(f"{path} is not a checkpoint of this runner ({what})")
+
+    if not isinstance(ck, dict):
+        raise bad("not an object")
+    missing = [k for k in ("team", "run_state", "position", "n_records", "J_start", "swapped")
+               if k not in ck]
+    if missing:
+        raise bad(f"missing {', '.join(missing)}")
+    st = ck["run_state"]
+    if not isinstance(st, dict) or any(k not in st for k in ("rng", "beta", "delta", "stage",
+                                                           "rollouts", "episodes")):
+        raise bad("run_state lacks rng/beta/delta/stage/rollouts/episodes")
+    for name, v in (("stage", st["stage"]), ("rollouts", st["rollouts"]),
+                    ("episodes", st["episodes"]), ("n_records", ck["n_records"])):
+        if not count(v):
+            raise bad(f"{name} {v!r} is not an integer >= 0")
+    for name in ("beta", "delta"):
+        v = st[name]
+        if not isinstance(v, list | tuple) or not all(
+                isinstance(x, Real) and not isinstance(x, bool) for x in v):
+            raise bad(f"run_state.{name} is not a list of numbers")
+    pos = ck["position"]
+    if pos is not None and not (isinstance(pos, dict) and count(pos.get("step"))):
+        raise bad("position is neither null nor an object with an integer step >= 0")
+    if ck["J_start"] is not None and not (isinstance(ck["J_start"], Real)
+                                          and not isinstance(ck["J_start"], bool)):
+        raise bad("J_start is not a number")
 
 
 def truncate_metrics(path: Path, n_records: int) -> None:
-    """Keep the first ``n_records`` lines of ``metrics.jsonl`` (atomically)."""
+    """Keep the first ``n_records`` lines of ``metrics.jsonl`` (atomically). A count that is
+    not an integer >= 0 (a crafted checkpoint: ``lines[:-3]`` would silently drop the last
+    records) is an :class:`InputError`."""
+    from numbers import Integral
+
+    if isinstance(n_records, bool) or not isinstance(n_records, Integral) or n_records < 0:
+        raise InputError(f"the checkpoint's record count {n_records!r} is not an integer >= 0")
     if not path.exists():
         if n_records:
             raise InputError(f"{path} is missing but the checkpoint counts {n_records} records")

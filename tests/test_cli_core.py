@@ -186,3 +186,43 @@ def test_bench_smoke_json(capsys):
 
 def test_bench_unknown_name(capsys):
     assert_clean_error(*run_cli(capsys, "bench", "--only", "nope"), r"unknown benchmark")
+
+
+# ------------------------------------------------------------------ typos, repeats, defaults
+def test_a_flag_typo_gets_a_suggestion(capsys):
+    assert main(["train", "--env", "bandit", "--stgaes", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "did you mean" in err and "--stages" in err, err
+
+
+def test_a_flag_typed_twice_is_refused(capsys, monkeypatch, tmp_path):
+    """``--stages 12 ... --stages 1`` on the command line used to keep the last silently."""
+    out = tmp_path / "run"
+    monkeypatch.setattr(sys, "argv", ["sat", "train", "--env", "bandit", "--stages", "12",
+                                      "--out", str(out), "--stages=1"])
+    assert main() == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "sat train: error: --stages is given twice (12 and 1); give it once"
+    assert not out.exists()
+    # repeatable flags and switches may repeat
+    monkeypatch.setattr(sys, "argv", ["sat", "train", "--env", "bandit", "--stages", "1",
+                                      "--quiet", "--quiet", "--out", str(out)])
+    assert main() == 0
+
+
+@pytest.mark.parametrize("argv", [["plot", "figures/llm_team_learning/sat_s0"],
+                                  ["figures", "--plot-only", "--only", "fig_n_scaling"]])
+def test_default_outputs_never_land_in_the_source_checkout(argv, capsys, monkeypatch):
+    """``sat plot RUN`` wrote RUN/plots into the committed figures, ``sat figures`` wrote the
+    committed figures/ when run from the checkout; an explicit --out still may."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    if not (root / argv[1].split(",")[0]).exists() and argv[0] == "plot":
+        pytest.skip("no committed run to point at")
+    monkeypatch.chdir(root)
+    before = sorted(p.name for p in (root / "figures").rglob("*"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "inside the source checkout" in err and len(err.splitlines()) == 1, err
+    assert sorted(p.name for p in (root / "figures").rglob("*")) == before

@@ -157,3 +157,45 @@ def test_fifo_and_device_inputs_are_refused_at_once(tmp_path):
         _refused_child(_sat(TINY[:3] + ["--model", "tiny-random", "--task", "dataset",
                                         "--dataset", str(data), "--out", str(tmp_path / "r")]),
                        pattern)
+
+
+# ------------------------------------------------------------------ crafted checkpoints, budgets
+TAB = ["train", "--env", "random-turn", "--agents", "2", "--states", "4", "--stages", "1",
+       "--quiet", "--report-to", "none"]
+
+
+@pytest.mark.parametrize("change, pattern", [
+    (lambda ck: ck.__setitem__("n_records", -3), "n_records -3"),
+    (lambda ck: ck.__setitem__("n_records", "2"), "n_records '2'"),
+    (lambda ck: ck.pop("team"), "missing team"),
+    (lambda ck: ck.__setitem__("run_state", {"x": 1}), "run_state lacks"),
+    (lambda ck: ck["run_state"].__setitem__("stage", -1), "stage -1"),
+    (lambda ck: ck.__setitem__("position", {"step": "x"}), "position"),
+])
+def test_crafted_checkpoint_counts_are_refused(tmp_path, capsys, change, pattern):
+    """A negative ``n_records`` used to drop records silently (``lines[:-3]``); missing or
+    malformed runner fields were a KeyError (exit 1)."""
+    from sat_theory.checkpoint import load_state, save_state
+
+    run = tmp_path / "run"
+    assert main(TAB + ["--out", str(run)]) == 0
+    metrics = (run / "metrics.jsonl").read_text()
+    ck = load_state(run / "checkpoint.safetensors")
+    change(ck)
+    save_state(run / "checkpoint.safetensors", ck)
+    capsys.readouterr()
+    _refused(capsys, main(["train", "--resume", str(run), "--stages", "2", "--quiet"]), pattern)
+    assert (run / "metrics.jsonl").read_text() == metrics  # nothing dropped
+
+
+def test_the_memory_budget_covers_generated_mdps(tmp_path, capsys):
+    """``--env random-turn --states 30000`` (13.4 GiB of transitions) hit MemoryError past
+    ``--max-memory``; now it is refused before anything is drawn, on resume too."""
+    _refused(capsys, main(["train", "--env", "random-turn", "--agents", "2", "--states",
+                           "30000", "--out", str(tmp_path / "big")]), "13.4 GiB")
+    assert not (tmp_path / "big").exists()
+    run = tmp_path / "run"
+    assert main(TAB + ["--out", str(run)]) == 0
+    capsys.readouterr()
+    _refused(capsys, main(["--max-memory", "200", "train", "--resume", str(run), "--stages",
+                           "2", "--quiet"]), "over the memory budget of 200 B")

@@ -119,3 +119,16 @@ def test_llm_update_has_bars_inside_and_no_future_warning(capsys):
     for desc in ("rollout", "generation", "reference scoring (agent 0)", "update (agent 0)",
                  "KL monitor (agent 0)", "evaluation (greedy)"):
         assert desc in err, desc
+
+
+def test_off_a_terminal_a_long_run_writes_periodic_progress_lines(tmp_path, capsys, monkeypatch):
+    """A log file, CI or nohup used to see nothing until the end (30 minutes for the LLM
+    study); now one plain line per interval names the run's progress (interval 0 here: a
+    line per update; the default 60 s keeps short commands silent, as above)."""
+    monkeypatch.setenv("SAT_PROGRESS_INTERVAL", "0")
+    assert main(TRAIN + ["--out", str(tmp_path / "r")]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and all("\r" not in ln for ln in lines)
+    assert lines[-1].startswith("sat train sat: 6/6 step (100%)"), lines
+    assert main(TRAIN + ["--out", str(tmp_path / "q"), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
