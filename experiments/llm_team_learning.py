@@ -526,6 +526,181 @@ def run_queue(out: Path, queue: str, jobs: int = 2, poll: float = 10.0) -> int:
     return 0 if not left else 1
 
 
+# ------------------------------------------------------------------ the common-schedule report
+def train_seconds(d: Path) -> float:
+    """Training wall seconds of a run (evaluation excluded): ours, the sum of the step
+    records' ``seconds``; a peer run, its last evaluation record's ``train_seconds``."""
+    from sat_theory.metrics import read_metrics
+
+    recs = list(read_metrics(d))
+    peer = [r["train_seconds"] for r in recs if r["kind"] == "stage" and "train_seconds" in r]
+    return float(peer[-1]) if peer else float(sum(r.get("seconds") or 0.0 for r in recs
+                                                  if r["kind"] == "step"))
+
+
+def kl_per_update(d: Path) -> float | None:
+    """Mean exact token-sum KL of an update to the policy before it (ours: the step records'
+    ``kl``); ``None`` for a peer run (its trainer does not measure it)."""
+    from sat_theory.metrics import read_metrics
+
+    kls = [r["kl"] for r in read_metrics(d) if r["kind"] == "step" and r.get("kl") is not None]
+    return float(sum(kls) / len(kls)) if kls else None
+
+
+def run_summary(d: Path, reps: int = 2000) -> dict:
+    """One finished run of the common-schedule study: every curve metric under both scorings
+    with its bootstrap 95% CI over problems (:func:`experiments.study_metrics.bootstrap`), the
+    checkpoints, the wall and training minutes and the evaluation share (1 − training/wall:
+    the held-out evaluations plus loading), the load averages and the KL per update."""
+    from experiments.study_metrics import bootstrap
+
+    meta = json.loads((d / "study.json").read_text())
+    out = dict(run=meta["run"], method=meta["method"], lr=meta["lr"], seed=meta["seed"],
+               tune=meta["tune"], wall_minutes=meta["wall_seconds"] / 60,
+               train_minutes=train_seconds(d) / 60, load_start=meta.get("load_start"),
+               load_end=meta.get("load_end"), kl_per_update=kl_per_update(d))
+    out["eval_share"] = 1 - out["train_minutes"] / out["wall_minutes"]
+    for scoring in SCORINGS:
+        ks, S = score_matrix(d, scoring)
+        out["checkpoints"] = ks
+        out[scoring] = bootstrap(S, reps=reps)
+    return out
+
+
+def _cell(m: dict | None, key: str, pts: bool = True) -> str:
+    if m is None:
+        return "not yet run"
+    v, lo, hi = m[key]
+    f = 100 if pts else 1
+    return f"{f * v:.1f} [{f * lo:.1f}, {f * hi:.1f}]" if pts else f"{v:.3f}"
+
+
+def report_common(out: Path) -> dict:
+    """The tables of the common-schedule study from the run folders under ``out``
+    (``--report-common``): ``parity.md`` (ours-plain vs TRL dr_grpo per seed, on the shared
+    grid), ``tuning.md`` (validation AUC per method and rate; the chosen rate), ``main.md``
+    (chosen rates, 3 seeds), ``stability.md`` (3x and 10x the chosen rates) and
+    ``timing.md``; every run's numbers in ``runs.json``. A table cell of a run that has not
+    finished reads "not yet run". Returns the tables' data."""
+    runs = {}
+    for meta in sorted(out.rglob("study.json")):
+        if _finished(meta.parent):
+            s = run_summary(meta.parent)
+            runs[s["run"]] = s
+    write_json_atomic(out / "runs.json", runs)
+    tables = {}
+    # parity
+    lines = ["| seed | plain final | TRL dr_grpo final | AUC plain − TRL, lenient [95% CI] | AUC "
+             "plain − TRL, strict | final plain − TRL, lenient (McNemar p) | final, strict "
+             "(McNemar p) | CI of the lenient AUC difference includes 0 |",
+             "|---|---|---|---|---|---|---|---|"]
+    parity = []
+    for s in range(3):
+        a, b = run_name("plain", 1e-3, s), run_name("trl-drgrpo", 1e-3, s)
+        if a in runs and b in runs:
+            ps = paired_on_schedule(out / a, out / b)
+            d = {sc: ps[sc]["diff"] for sc in SCORINGS}
+            inc = d["lenient"]["auc"][1] <= 0 <= d["lenient"]["auc"][2]
+            parity.append(dict(seed=s, includes_0=inc, **{f"{sc}_{k}": v for sc in SCORINGS
+                                                           for k, v in d[sc].items()}))
+            lines.append(f"| {s} | {ps['lenient']['a']['final']:.3f} | {ps['lenient']['b']['final']:.3f} | "
+                         f"{_cell(d['lenient'], 'auc')} | {_cell(d['strict'], 'auc')} | "
+                         f"{_cell(d['lenient'], 'final')} ({ps['lenient']['mcnemar_p']:.2g}) | "
+                         f"{_cell(d['strict'], 'final')} ({ps['strict']['mcnemar_p']:.2g}) | "
+                         f"{'yes' if inc else 'no'} |")
+        else:
+            lines.append(f"| {s} | {'done' if a in runs else 'not yet run'} | "
+                         f"{'done' if b in runs else 'not yet run'} | not yet run | not yet run "
+                         "| not yet run | not yet run | — |")
+    tables["parity"] = parity
+    (out / "parity.md").write_text("\n".join(lines) + "\n")
+    # tuning grid
+    lines = ["| method | " + " | ".join(f"lr {lr:g}" for lr in (*LR_GRID, COMLRL_DEFAULT_LR))
+             + " | chosen |", "|---|" + "---|" * (len(LR_GRID) + 2)]
+    chosen = {}
+    for m in ("plain", "trl", "sat", "comlrl"):
+        cells = []
+        for lr in (*LR_GRID, COMLRL_DEFAULT_LR):
+            if lr == COMLRL_DEFAULT_LR and m != "comlrl":
+                cells.append("—")
+                continue
+            r = runs.get(run_name(m, lr, 0, tune=True))
+            cells.append("not yet run" if r is None else
+                         f"{_cell(r['lenient'], 'auc')} / {_cell(r['strict'], 'auc')}")
+        chosen[m] = chosen_lr(out, m)
+        lines.append(f"| {m} | " + " | ".join(cells) + " | "
+                     + ("not yet (tuning runs missing)" if chosen[m] is None else f"{chosen[m]:g}")
+                     + " |")
+    tables["chosen"] = chosen
+    (out / "tuning.md").write_text("\n".join(lines) + "\n")
+    # main runs and stability
+    def block(factor, seeds):
+        rows = ["| method | lr | seed | AUC lenient | AUC strict | final lenient | final strict | "
+                "best lenient | drawdown lenient | worst drop lenient | below untrained | KL per "
+                "update |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for m in ("plain", "trl", "sat", "comlrl"):
+            for s in seeds:
+                lr = None if chosen[m] is None else factor * chosen[m]
+                r = None if lr is None else runs.get(run_name(m, lr, s))
+                if r is None:
+                    rows.append(f"| {m} | {'?' if lr is None else f'{lr:g}'} | {s} | "
+                                + " | ".join(["not yet run"] * 9) + " |")
+                    continue
+                L, S_ = r["lenient"], r["strict"]
+                kl = "not measured (peer)" if r["kl_per_update"] is None else f"{r['kl_per_update']:.3g}"
+                rows.append(f"| {m} | {lr:g} | {s} | {_cell(L, 'auc')} | {_cell(S_, 'auc')} | "
+                            f"{_cell(L, 'final')} | {_cell(S_, 'final')} | {_cell(L, 'best')} | "
+                            f"{_cell(L, 'drawdown')} | {_cell(L, 'worst_drop')} | "
+                            f"{100 * L['below_untrained'][0]:.0f}% | {kl} |")
+        return rows
+    (out / "main.md").write_text("\n".join(block(1, range(3))) + "\n")
+    (out / "stability.md").write_text("\n".join(
+        ["**3× the chosen rate**", "", *block(3, range(2)), "", "**10× the chosen rate**", "",
+         *block(10, range(2))]) + "\n")
+    lines = ["| run | wall min | training min | evaluation share | evaluations | load avg "
+             "(1 min) start → end |", "|---|---|---|---|---|---|"]
+    for name, r in sorted(runs.items()):
+        lines.append(f"| {name} | {r['wall_minutes']:.1f} | {r['train_minutes']:.1f} | "
+                     f"{100 * r['eval_share']:.0f}% | {len(r['checkpoints'])} | "
+                     f"{r['load_start'][0]:.1f} → {r['load_end'][0]:.1f} |")
+    (out / "timing.md").write_text("\n".join(lines) + "\n")
+    tables["runs"] = runs
+    if any(not r["tune"] for r in runs.values()):
+        plot_common(out, {n: r for n, r in runs.items() if not r["tune"]})
+    return tables
+
+
+def plot_common(out: Path, runs: dict) -> None:
+    """Held-out accuracy against sampled training messages, lenient and strict scoring, one
+    line per run (``learning_common.png/.pdf``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sat_theory.plotting import legend_outside, paper_style, save_figure
+
+    colors = {"plain": "#CC79A7", "trl-drgrpo": "#E69F00", "trl": "#D55E00", "sat": "#0072B2",
+              "comlrl": "#009E73"}
+    with paper_style():
+        fig, ax = plt.subplots(1, 2, figsize=(12, 3.8), sharey=True)
+        for name, r in sorted(runs.items()):
+            b = budgets(out / name)
+            for i, scoring in enumerate(SCORINGS):
+                ks, S = score_matrix(out / name, scoring)
+                ax[i].plot([b[k] for k in ks], S.mean(1), marker="o", ms=3,
+                           color=colors.get(r["method"], "k"),
+                           ls=["-", "--", ":"][r["seed"] % 3], label=name)
+        for i, scoring in enumerate(SCORINGS):
+            ax[i].set_xlabel("sampled training messages")
+            ax[i].set_title(f"held-out accuracy (greedy), {scoring} scoring", fontsize=10)
+        ax[0].set_ylabel("accuracy")
+        legend_outside(ax[1], fontsize=7)
+        fig.tight_layout()
+        for p in save_figure(fig, out, "learning_common"):
+            print(p)
+
+
 # ------------------------------------------------------------------ report
 #: the two scorings of every held-out record (sat_llm.tasks.Task.score / strict_score)
 SCORINGS = ("lenient", "strict")
@@ -913,6 +1088,8 @@ def main(argv=None) -> int:
     p.add_argument("--queue", choices=sorted(QUEUES), default=None,
                    help="run a queue of the common-schedule study, two runs at a time")
     p.add_argument("--jobs", type=int, default=2, help="--queue: runs at a time")
+    p.add_argument("--report-common", action="store_true",
+                   help="the common-schedule study's tables from the runs under --out")
     p.add_argument("--rescore", action="store_true",
                    help="re-score every run's eval files under --out from their saved final "
                         "messages (strict, lenient, format_ok)")
@@ -933,6 +1110,9 @@ def main(argv=None) -> int:
         return run_queue(out, a.queue, a.jobs)
     if a.run:
         run_one(cfg, a.run, out, a.resume)
+        return 0
+    if a.report_common:
+        report_common(out)
         return 0
     if a.rescore:
         print(json.dumps(rescore(out)))

@@ -136,3 +136,94 @@ def test_peer_runs_are_evaluated_by_our_held_out_evaluation(tmp_path, peer):
     assert len(evals) == 2  # untrained and after the run
     tokens, secs, acc = study.curve(d)
     assert tokens[0] == 0 and tokens[-1] > 0 and len(acc) == 2
+
+
+# ------------------------------------------------------------------ the common-schedule study
+def test_run_names_round_trip_and_bad_names_are_refused():
+    for tune in (False, True):
+        for m in study.STUDY_METHODS:
+            name = study.run_name(m, 3e-4, 2, tune)
+            assert study.parse_run(name) == (tune, m, 3e-4, 2)
+    for bad in ("plain_s0", "ppo_lr0.001_s0", "plain_lr0.001_s0/../x"):
+        with pytest.raises(SystemExit, match="not a run"):
+            study.parse_run(bad)
+
+
+def test_every_method_is_evaluated_on_the_same_message_grid():
+    cfg = study.StudyConfig()
+    for m in study.STUDY_METHODS:
+        units, at = study.schedule(cfg, m)
+        per = study.messages_per_unit(cfg, m)
+        assert len(at) == cfg.budget and at[-1] == units
+        for j, k in enumerate(at, 1):  # within half a unit of every grid point
+            assert abs(k * per - j * study.GRID_MESSAGES) <= per / 2
+    assert study.schedule(cfg, "plain") == (48, list(range(4, 49, 4)))
+    assert study.schedule(cfg, "sat") == (12, list(range(1, 13)))
+    # dr_grpo's minibatch loss is ours / c with c = L_max*mb/M = 16*8/32 = 4: clip 1 -> 0.25
+    assert study.trl_drgrpo_clip(cfg) == 0.25
+
+
+def _fake_run(out, name, scores, *, method_kl=0.01):
+    """A finished run folder of the common-schedule study with hand-made eval files:
+    ``scores[k]`` = the 0/1 list of checkpoint k (lenient; strict = lenient and format)."""
+    tune, method, lr, seed = study.parse_run(name)
+    d = out / name
+    d.mkdir(parents=True)
+    cfg = study.StudyConfig(budget=len(scores) - 1)
+    units, at = study.schedule(cfg, method)
+    for k, row in zip([0, *at], scores, strict=True):
+        (d / f"eval_{k}.jsonl").write_text("".join(
+            json.dumps(dict(id=i, prompt=f"p{i}", answer=1, final="Answer: 1" if x else "",
+                            score=float(x), correct=bool(x), lenient=float(x), strict=float(x),
+                            format_ok=bool(x))) + "\n" for i, x in enumerate(row)))
+    (d / "metrics.jsonl").write_text(json.dumps(dict(kind="step", stage=0, seconds=60.0,
+                                                     kl=method_kl)) + "\n")
+    (d / "study.json").write_text(json.dumps(dict(
+        run=name, method=method, lr=lr, seed=seed, tune=tune, finished=True, wall_seconds=120.0,
+        study=study.asdict(cfg), load_start=[1.0, 1, 1], load_end=[2.0, 2, 2])))
+    return d
+
+
+def test_common_report_parity_numbers_recompute_from_the_eval_files(tmp_path):
+    a = [[0, 0, 1, 0], [1, 0, 1, 0], [1, 1, 1, 0]]  # accuracies 1/4, 1/2, 3/4
+    b = [[0, 0, 1, 0], [0, 0, 1, 0], [1, 0, 1, 0]]  # 1/4, 1/4, 1/2
+    _fake_run(tmp_path, "plain_lr0.001_s0", a)
+    _fake_run(tmp_path, "trl-drgrpo_lr0.001_s0", b)
+    t = study.report_common(tmp_path)
+    (p,) = t["parity"]
+    assert p["lenient_auc"][0] == pytest.approx((1 / 4 + 1 / 2 + 3 / 4) / 3 - (1 / 4 + 1 / 4 + 1 / 2) / 3)
+    assert p["lenient_final"][0] == pytest.approx(0.25) and p["strict_final"][0] == pytest.approx(0.25)
+    text = (tmp_path / "parity.md").read_text()
+    assert "| 0 | 0.750 | 0.500 | 16.7 [" in text and text.count("not yet run") == 12
+    r = t["runs"]["plain_lr0.001_s0"]
+    assert r["eval_share"] == pytest.approx(0.5) and r["kl_per_update"] == pytest.approx(0.01)
+    assert "not yet (tuning runs missing)" in (tmp_path / "tuning.md").read_text()
+
+
+def test_chosen_rate_is_the_best_validation_auc_and_waits_for_every_tuning_run(tmp_path):
+    rows = {3e-4: [[0, 0], [0, 1]], 1e-3: [[0, 0], [1, 1]], 3e-3: [[0, 0], [1, 1]]}
+    for lr, sc in list(rows.items())[:2]:
+        _fake_run(tmp_path, study.run_name("plain", lr, 0, tune=True), sc)
+    assert study.chosen_lr(tmp_path, "plain") is None
+    assert study.resolve(tmp_path, "plain_lr@3_s1") is None
+    _fake_run(tmp_path, study.run_name("plain", 3e-3, 0, tune=True), rows[3e-3])
+    assert study.chosen_lr(tmp_path, "plain") == 1e-3  # a tie with 3e-3: the smaller rate
+    assert study.resolve(tmp_path, "plain_lr@3_s1") == study.run_name("plain", 3e-3, 1)
+
+
+def test_rescore_fixes_old_records_from_their_final_messages(tmp_path):
+    d = tmp_path / "single_s0"
+    d.mkdir()
+    (d / "study.json").write_text(json.dumps(dict(method="single", seed=0, finished=True,
+                                                  study=study.asdict(study.StudyConfig()))))
+    recs = [dict(id=0, prompt="Compute 4 + 5.", answer=9, final="Answer: 1 + 7 = 8. Answer: 9",
+                 score=1.0, correct=True),
+            dict(id=1, prompt="Compute 4 + 4.", answer=8, final="Answer: 8 + 0 = 8", score=1.0,
+                 correct=True)]
+    (d / "eval_0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    counts = study.rescore(tmp_path)
+    got = [json.loads(x) for x in (d / "eval_0.jsonl").read_text().splitlines()]
+    assert counts == dict(files=1, records=2, lenient_changed=0)
+    assert [(r["lenient"], r["strict"], r["format_ok"]) for r in got] == [(1.0, 1.0, True),
+                                                                          (1.0, 0.0, False)]
+    assert study.read_eval(d / "eval_0.jsonl", "strict") == {0: 1.0, 1: 0.0}
