@@ -322,7 +322,8 @@ DKW_LEVEL = 0.5
 
 @check("estimator_constants",
        "Massart's DKW (SAT probe-set relaxation); TeamTR Lemma E.8 (Hoeffding), Cor. E.9; SAT Thm 4.9",
-       SECTION, mutations=("dkw_missing_2", "hoeffding_missing_2", "sat_range_2B", "clip_sqrt_half"))
+       SECTION, mutations=("dkw_missing_2", "hoeffding_missing_2", "sat_range_2B", "clip_sqrt_half",
+                           "union_bound_dropped"))
 def estimator_constants(*, quick: bool = True, seed: int = 0, mutation: str | None = None) -> CheckResult:
     """The constants of :mod:`sat_theory.estimators`, each where it is (nearly) exact:
 
@@ -336,11 +337,15 @@ def estimator_constants(*, quick: bool = True, seed: int = 0, mutation: str | No
       ``sat_epsilon`` likewise for values in ``[0, B]`` (its range), on the law ``{0, B}``;
     - ratio clipping: ``ratio_clipping_term(A_clip, KL)`` against the exact bias
       ``2 A_clip t`` of ``P = (½, ½)``, ``Q = (½+t, ½−t)``, ``A = A_clip sign(w − 1)``,
-      ``ε_w = 0``, where ``KL = −½ log(1 − 4t²)``: ``bias ≤ term ≤ bias·(1 + 2t²)``.
+      ``ε_w = 0``, where ``KL = −½ log(1 − 4t²)``: ``bias ≤ term ≤ bias·(1 + 2t²)``;
+    - the sampled certificates: ``empirical_stage_bound`` (Thm E.10) and
+      ``sat_finite_sample_term`` (SAT Thm 4.9) equal their formulas written out here (every
+      term, the union bound ``δ_conf/n`` included) on random inputs, to ``GROUP_TOL``.
 
     Mutations (the formula with the known wrong constant): ``dkw_missing_2``
     (``√(log(2/η)/N)``), ``hoeffding_missing_2`` (``B√(log(2/η)/N)``), ``sat_range_2B``
-    (``sat_epsilon`` applied to values in ``[−B, B]``), ``clip_sqrt_half`` (``A_clip√(KL/2)``).
+    (``sat_epsilon`` applied to values in ``[−B, B]``), ``clip_sqrt_half`` (``A_clip√(KL/2)``),
+    ``union_bound_dropped`` (the formulas with ``δ_conf`` for ``δ_conf/n``).
     """
     rng = np.random.default_rng([seed, 6008])
     tally = Tally("estimator_constants")
@@ -410,11 +415,37 @@ def estimator_constants(*, quick: bool = True, seed: int = 0, mutation: str | No
         tally.record(bias * (1 + 2 * t * t) - term, scale=bias,
                      label=f"ratio clipping t={t:g}: term {term:.6g} > bias·(1+2t²) {bias * (1 + 2 * t * t):.6g}")
         crow.append(f"t={t:g}: {term / bias:.6f}")
+    # --- the sampled certificates against their formulas
+    worst = 0.0
+    for _ in range(20 if quick else 100):
+        n = int(rng.integers(1, 5))
+        g = float(rng.choice([0.5, 0.9, 0.99]))
+        L, delta = rng.normal(size=n), rng.uniform(0, 0.1, size=n)
+        N, zeta = rng.integers(1, 1000, size=n), rng.uniform(0, 0.1, size=n)
+        A_max, A_clip, eps_w = (float(x) for x in rng.uniform(0.1, 3.0, size=3))
+        dc = float(rng.choice([0.01, 0.05, 0.2]))
+        union = 1 if mutation == "union_bound_dropped" else n
+        c = math.sqrt(2) * g * A_max / (1 - g) ** 2
+        B = (1 + eps_w) * A_clip / (1 - g)
+        want = (L.sum() - c * np.sqrt(delta).sum() - zeta.sum() / (1 - g)
+                - sum(B * math.sqrt(2 * math.log(2 * union / dc) / k) for k in N)
+                - sum(A_clip / (1 - g) * math.sqrt(2 * d) for d in delta))
+        got = empirical_stage_bound(L, delta, N, gamma=g, A_max=A_max, A_clip=A_clip, eps_w=eps_w,
+                                    delta_conf=dc, zeta=zeta)
+        want_sat = sum(A_max / (1 - g) * math.sqrt(math.log(2 * union / dc) / (2 * k)) for k in N)
+        got_sat = sat_finite_sample_term(N, gamma=g, A_max=A_max, delta_conf=dc)
+        err = max(abs(got - want) / (1 + abs(want)), abs(got_sat - want_sat) / (1 + abs(want_sat)))
+        worst = max(worst, err)
+        tally.begin()
+        tally.record(GROUP_TOL - err, label=f"n={n} γ={g:g} N={N.tolist()}: empirical certificate "
+                     f"{got:.10g} / SAT term {got_sat:.10g} differ from the formulas by {err:.3g}")
     return tally.result([
         "DKW " + "; ".join(rows),
         "Hoeffding on ±B (exact binomial): " + "; ".join(hrows),
         "ratio-clipping term / exact bias on the two-point case (→ 1 as t → 0; √(KL/2) gives ½): "
         + ", ".join(crow),
+        f"empirical_stage_bound and sat_finite_sample_term against their formulas: largest "
+        f"relative difference {worst:.2g}",
     ])
 
 

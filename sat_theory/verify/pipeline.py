@@ -142,10 +142,16 @@ def file_round_trip(*, quick: bool = False, seed: int = 0,
     ], tightness=False)
 
 
-def negative_variants(mdp: FactorizedMDP, pol: TeamPolicy, rng) -> list[tuple[str, dict, dict]]:
+#: a row sum this far from 1 (far above SUM_TOL) must be refused
+SUM_OFF = 1e-3
+
+
+def negative_variants(mdp: FactorizedMDP, pol: TeamPolicy, rng, *,
+                      sum_off: bool = False) -> list[tuple[str, dict, dict]]:
     """Files with one probability row made ``(…, p + u, …, q − u, …)`` with ``u = q + ¼`` (a
     negative entry ``−¼``, the row still summing to 1): ``(what, mdp arrays, policy arrays)``
-    for ``P`` (dense or CSR data), ``rho0`` and a policy factor at an active state."""
+    for ``P`` (dense or CSR data), ``rho0`` and a policy factor at an active state. With
+    ``sum_off`` the row instead gets ``+SUM_OFF`` on one entry (no negative, sum 1 + SUM_OFF)."""
     with tempfile.TemporaryDirectory(prefix="sat-verify-") as tmp:
         p = os.path.join(tmp, "m.npz")
         mdp.save(p)
@@ -155,6 +161,9 @@ def negative_variants(mdp: FactorizedMDP, pol: TeamPolicy, rng) -> list[tuple[st
 
     def unbalance(row):
         i, k = rng.choice(row.size, size=2, replace=False)
+        if sum_off:
+            row[i] += SUM_OFF
+            return
         u = row[k] + 0.25
         row[i] += u
         row[k] -= u  # = −0.25; the sum is unchanged
@@ -195,8 +204,8 @@ def input_validation(*, quick: bool = False, seed: int = 0,
     """A file whose ``P`` (dense or CSR), ``rho0`` or policy factor has an entry ``−¼`` in a
     row that still sums to 1 is refused: ``FactorizedMDP.load``/``TeamPolicy.load`` raise
     :class:`InputError` and ``sat eval`` exits with status 2 and one ``sat eval: error:`` line
-    (no traceback). Entries within ``−SUM_TOL`` (float32 roundoff) are still accepted.
-    Every layout of :func:`layout_mdps`.
+    (no traceback); so is a row summing to ``1 + SUM_OFF``. Entries within ``−SUM_TOL``
+    (float32 roundoff) are still accepted. Every layout of :func:`layout_mdps`.
 
     Mutation: ``accept_clipped`` counts loading the clipped, renormalised array as a pass
     (what a loader that clips negatives does)."""
@@ -209,20 +218,23 @@ def input_validation(*, quick: bool = False, seed: int = 0,
         mp, pp = os.path.join(tmp, "bad_mdp.npz"), os.path.join(tmp, "bad_pol.npz")
         for kind, mdp in layout_mdps(seed + 22, count(quick, 1, 3)):
             pol = random_policy(mdp, rng)
-            for what, marr, parr in negative_variants(mdp, pol, rng):
+            variants = ([(v, "negative", "an entry −0.25 (row sum 1)") for v in negative_variants(mdp, pol, rng)]
+                        + [(v, "sum", f"a row summing to 1 + {SUM_OFF:g}")
+                           for v in negative_variants(mdp, pol, rng, sum_off=True)])
+            for (what, marr, parr), word, how in variants:
                 save_npz_atomic(mp, marr)
                 save_npz_atomic(pp, parr)
                 try:
                     TeamPolicy.load(pp, FactorizedMDP.load(mp))
                     refused = mutation == "accept_clipped"
                 except InputError as e:
-                    refused = "negative" in str(e) and mutation != "accept_clipped"
+                    refused = word in str(e) and mutation != "accept_clipped"
                 rc, out, err = _cli(["eval", mp, "--policy", pp])
                 line = err.strip()
                 cli_ok = (rc == 2 and line.count("\n") == 0 and line.startswith("sat eval: error:")
-                          and "negative" in line and "Traceback" not in err)
+                          and word in line and "Traceback" not in err)
                 T.record(refused and cli_ok, 0.0 if refused and cli_ok else -1.0, None,
-                         f"{kind} {what} with an entry −0.25 (row sum 1): API refused {refused}, "
+                         f"{kind} {what} with {how}: API refused {refused}, "
                          f"sat eval exit {rc} {line[:120]!r}")
                 seen.add(what.split()[0])
                 refusals += refused and cli_ok
@@ -244,7 +256,8 @@ def input_validation(*, quick: bool = False, seed: int = 0,
                 accepted += ok
     return T.result(name, [
         f"refused with InputError and `sat eval` exit 2: {refusals} files with an entry −0.25 "
-        f"in a row summing to 1 (arrays: {', '.join(sorted(seen))}); {accepted} files with an "
+        f"in a row summing to 1 or a row summing to 1 + {SUM_OFF:g} (arrays: "
+        f"{', '.join(sorted(seen))}); {accepted} files with an "
         f"entry −{0.1 * SUM_TOL:g} (within SUM_TOL = {SUM_TOL:g}) accepted and clipped to 0",
     ], tightness=False)
 
