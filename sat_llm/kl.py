@@ -18,7 +18,13 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["token_kl", "sequence_kl", "sampled_sequence_kl"]
+__all__ = ["token_kl", "sequence_kl", "sampled_sequence_kl", "upstream_agents",
+           "context_log_weights", "STALE_WEIGHT"]
+
+#: a training context of a stale batch is "wrong" when the current upstream agents give its
+#: upstream messages less than this fraction of the probability the agents that generated it
+#: gave them (``w < 1/2``; issue 22 item 4)
+STALE_WEIGHT = 0.5
 
 
 def token_kl(logp_ref: torch.Tensor, logp_new: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -40,3 +46,47 @@ def sampled_sequence_kl(tok_logp_ref: torch.Tensor, tok_logp_new: torch.Tensor,
     """TeamTR eq. 18 per message: ``Σ_u (log π_ref(x_u|·) − log π_new(x_u|·))`` (B,) from the
     per-token log-probabilities of the sampled tokens (B,T)."""
     return ((tok_logp_ref - tok_logp_new) * mask).sum(-1)
+
+
+
+def upstream_agents(batch, agent: int) -> list[int]:
+    """The agents whose messages precede a turn of ``agent`` in some episode of ``batch``."""
+    up = set()
+    for e, turn in batch.turns_of(agent):
+        for u in batch.episodes[e].turns:
+            if u is turn:
+                break
+            if u.agent != agent:
+                up.add(u.agent)
+    return sorted(up)
+
+
+def context_log_weights(batch, agent: int, now: dict):
+    """How likely the *current* upstream agents are to produce each training context of
+    ``agent`` in ``batch``, relative to the agents that generated it:
+
+    ``log w(c) = Σ_{u < t, agent(u) ≠ agent} (log π_now^(agent(u))(m_u | c_u) − log π_beh(m_u | c_u))``
+
+    over the earlier turns ``u`` of the same episode spoken by other agents (the upstream
+    messages in the context ``c`` of the turn at ``t``); ``now[k]``: the current summed
+    log-probabilities of agent ``k``'s turns in ``batch.turns_of(k)`` order, for every ``k`` in
+    :func:`upstream_agents`. A fresh batch has ``w = 1`` (up to recomputation roundoff); a
+    stale one has ``E_beh[w] = 1``, and a context with ``w < STALE_WEIGHT`` is one the current
+    upstream agents would now rarely produce. One value per turn of ``agent``, in
+    ``batch.turns_of(agent)`` order (a float64 array)."""
+    import numpy as np
+
+    delta: dict[int, float] = {}  # id(turn) -> log-ratio of that upstream turn
+    for k, lp in now.items():
+        for (_, t), a in zip(batch.turns_of(k), lp, strict=True):
+            delta[id(t)] = float(a) - float(t.logp)
+    out = []
+    for e, turn in batch.turns_of(agent):
+        total = 0.0
+        for u in batch.episodes[e].turns:
+            if u is turn:
+                break
+            if u.agent != agent:
+                total += delta[id(u)]
+        out.append(total)
+    return np.asarray(out, dtype=np.float64)

@@ -101,7 +101,7 @@ def test_kl_monitor_scores_the_generation_contexts(monkeypatch):
         snap = team.snapshot(j)
         scored = []
 
-        def spy_score(model, ctxs, msgs, **kw):
+        def spy_score(model, ctxs, msgs, scored=scored, **kw):
             scored.append([tuple(c) for c in ctxs])
             return real_score(model, ctxs, msgs, **kw)
 
