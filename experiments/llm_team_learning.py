@@ -35,6 +35,39 @@ greedy decoding, ``k = 0`` the untrained team) and ``study.json`` (wall seconds,
 
     python experiments/llm_team_learning.py --method sat --seed 0 [--resume]
     python experiments/llm_team_learning.py --report
+
+**Scoring.** Every eval record carries ``lenient`` (= ``score``: the task's score, the last
+integer of the last ``Answer:``'s line, else of the last line), ``strict`` (an ``Answer:
+<int>`` line whose value is right) and ``format_ok``; ``--rescore`` re-scores saved runs from
+their ``final`` messages (no retraining).
+
+**The common-schedule study** (issue 21; ``OUT/v2/``, ``--run NAME``, ``--queue issue21``,
+``--report-common``). Every method is evaluated on the same grid of the sampled-message
+budget, every :data:`GRID_MESSAGES` = 128 messages (12 points; ours through ``sat train
+--eval-every``, TRL from its callback, CoMLRL at the nearest prompt counts); headline metrics
+in :mod:`experiments.study_metrics`. Methods: ``plain`` (ours, n = 1, β = 0, no trust region,
+token ratio, no std normalisation: :data:`PLAIN_FLAGS`), ``trl-drgrpo`` (TRL with the loss
+``plain`` equals: ``dr_grpo``, ``scale_rewards="none"``, clip scaled by
+:func:`trl_drgrpo_clip`), ``sat`` (2 agents), ``trl`` (TRL's own loss and advantages) and
+``comlrl``. Learning rates are chosen on :data:`N_VALIDATION` validation problems
+(``tune/`` runs: the training pool's first 50 problems held out, training on the other 50;
+the 200 held-out problems are never seen) by the best validation AUC (lenient) over
+:data:`LR_GRID` (CoMLRL also at its default 5e-6).
+
+Settings forced common, and why: the base model, LoRA rank/α/targets, the task, prompts and
+the held-out problems (the comparison is of the training algorithm); group size 4, 8 prompts
+per rollout, ≤ 16 new tokens and the budget of sampled messages (equal data); sampling at
+τ = 0.7 with top-p 1 and no top-k (the behaviour policy is then exactly ``softmax(logits/τ)``
+for every method; TRL's default τ is 1.0, CoMLRL's 0.6 with top-p 0.6 and top-k 50); a
+constant learning rate without warm-up (TRL's default schedule is linear decay); the
+learning rate itself is tuned per method. Each peer's own settings kept: TRL (1.16
+``GRPOConfig`` defaults) ``loss_type="dapo"``, ``scale_rewards="group"`` (std + 1e-4), β = 0,
+ε = 0.2, ``max_grad_norm=1.0``, weight decay 0, Adam ε 1e-8 (``trl``; ``trl-drgrpo`` changes
+only the loss, the advantages' scale and the clip, to be our update); CoMLRL (1.4.3
+``MAGRPOConfig`` and ``MAGRPOTrainer``) its REINFORCE loss with the group-mean baseline and
+population-std advantage normalisation, no ratio and no clipping, log-probabilities of
+temperature-1 logits in the loss, AdamW with torch's default weight decay 0.01, no gradient
+clipping, rollout buffer 2. Ours: AdamW, weight decay 0, gradient clip 1.0.
 """
 
 from __future__ import annotations

@@ -227,3 +227,14 @@ def test_rescore_fixes_old_records_from_their_final_messages(tmp_path):
     assert [(r["lenient"], r["strict"], r["format_ok"]) for r in got] == [(1.0, 1.0, True),
                                                                           (1.0, 0.0, False)]
     assert study.read_eval(d / "eval_0.jsonl", "strict") == {0: 1.0, 1: 0.0}
+
+
+def test_report_section_of_the_common_study_is_generated_from_the_run_folders(tmp_path):
+    from experiments import report
+
+    assert "Not yet run" in report.section_llm_common(tmp_path / "nowhere")
+    _fake_run(tmp_path, "plain_lr0.001_s0", [[0, 1, 0, 1], [1, 1, 0, 1]])
+    _fake_run(tmp_path, "trl-drgrpo_lr0.001_s0", [[0, 1, 0, 1], [1, 0, 1, 1]])
+    text = report.section_llm_common(tmp_path)
+    assert "includes 0 on 1 of 1 seed(s) run" in text and "Finished: 2 of the queue's 47" in text
+    assert (tmp_path / "parity.md").read_text() in text
