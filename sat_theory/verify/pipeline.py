@@ -122,7 +122,7 @@ def file_round_trip(*, quick: bool = False, seed: int = 0,
             same = (loaded.kind == mdp.kind and loaded.n_agents == mdp.n_agents
                     and np.array_equal(loaded.active, mdp.active))
             err = evaluation_error(ev, ev2) if same else float("inf")
-            T.record(same and err <= ROUND_TRIP_TOL, -err, None,
+            T.record(same and err <= ROUND_TRIP_TOL, 0.0 - err, None,  # 0.0 − 0.0 prints 0, not −0
                      f"{kind} {mdp.describe()}: layout/mask kept {same}, evaluation differs by {err:.3g}")
             worst = max(worst, err)
             kinds[kind] = kinds.get(kind, 0) + 1
@@ -133,7 +133,7 @@ def file_round_trip(*, quick: bool = False, seed: int = 0,
             got = json.loads(out)
             cli_err = max(float(np.abs(np.asarray(got[k]) - getattr(ev, k)).max() /
                                 (1 + np.abs(getattr(ev, k)).max())) for k in ("J", "V", "d"))
-            T.record(cli_err <= ROUND_TRIP_TOL, -cli_err, None,
+            T.record(cli_err <= ROUND_TRIP_TOL, 0.0 - cli_err, None,
                      f"{kind}: sat eval --json differs from the in-memory evaluation by {cli_err:.3g}")
     return T.result(name, [
         "layouts: " + ", ".join(f"{k} {v}" for k, v in kinds.items())

@@ -56,9 +56,9 @@ def _tol(module: str, attr: str) -> float:
 def _tally_cases(designed: dict):
     """(label, flagged) for the comparison primitives: ``flagged`` must be True for the
     planted violations and False for statements that hold."""
+    from ..certificates import holds
     from . import estimators as est
     from . import identities as ident
-    from ..certificates import holds
 
     v = PLANTED * designed[("sat_theory.certificates", "HOLD_TOL")]
     for b in BOUNDS:
