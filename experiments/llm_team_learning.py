@@ -424,6 +424,33 @@ def run_one(cfg: StudyConfig, name: str, out: Path, resume: bool) -> Path:
     d.parent.mkdir(parents=True, exist_ok=True)
     units, at = schedule(cfg, method)
     extra = dict(run=name, lr=lr, tune=tune, load_start=os.getloadavg(), schedule=at)
+    # wall seconds over every session of a resumed run: a heartbeat file outside the run folder
+    # (a peer run, or one of ours without a checkpoint, starts again from zero)
+    wall_file = out / ".logs" / (name.replace("/", "_") + ".wall")
+    wall_file.parent.mkdir(parents=True, exist_ok=True)
+    fresh = method not in ("plain", "sat") or not _has_checkpoint(d) or not wall_file.is_file()
+    before = 0.0 if fresh else float(wall_file.read_text() or 0.0)
+    t0, stop = time.time(), __import__("threading").Event()
+
+    def heartbeat():
+        while not stop.wait(30):
+            tmp = wall_file.with_suffix(".tmp")
+            tmp.write_text(f"{before + time.time() - t0:.1f}")
+            os.replace(tmp, wall_file)
+
+    __import__("threading").Thread(target=heartbeat, daemon=True).start()
+    try:
+        _train_one(cfg, method, seed, d, out, resume, units, at, extra)
+    finally:
+        stop.set()
+    meta = json.loads((d / "study.json").read_text())
+    meta.update(load_end=os.getloadavg(), wall_seconds=before + time.time() - t0)
+    write_json_atomic(d / "study.json", meta)
+    return d
+
+
+def _train_one(cfg, method, seed, d, out, resume, units, at, extra) -> None:
+    """:func:`run_one`'s training call of one method."""
     if method in ("plain", "sat"):
         k = at[0]
         if any(b - a != k for a, b in zip([0, *at], at)):
@@ -439,10 +466,6 @@ def run_one(cfg: StudyConfig, name: str, out: Path, resume: bool) -> Path:
         from experiments.peer_comlrl import run_study_comlrl
 
         run_study_comlrl(cfg, seed, d, n_prompts=units, eval_at=set(at), meta_extra=extra)
-    meta = json.loads((d / "study.json").read_text())
-    meta["load_end"] = os.getloadavg()
-    write_json_atomic(d / "study.json", meta)
-    return d
 
 
 def chosen_lr(out: Path, method: str, scoring: str = "lenient") -> float | None:
