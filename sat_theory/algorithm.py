@@ -64,9 +64,20 @@ from typing import Any
 import numpy as np
 
 from .certificates import penalty_constant, stage_lower_bound
+from .config_file import from_args, setting
 from .errors import InputError, check_range
 from .estimators import empirical_stage_bound, group_advantages, sat_finite_sample_term
-from .team import Batch, Team
+from .team import (
+    Batch,
+    HasAdvantageBound,
+    ReportsMetrics,
+    Resettable,
+    SupportsAlign,
+    SupportsExactTerms,
+    SupportsSwap,
+    Team,
+    Versioned,
+)
 
 __all__ = ["TrainConfig", "METHODS", "ORDERS", "OCCUPANCIES", "TRUST_REGIONS", "RunState",
            "run_stage", "train", "sampled_surrogate", "stage_lower_bound",
@@ -88,61 +99,91 @@ TRUST_REGIONS = ("fixed", "adaptive", "none")
 CORRECTIONS = ("none", "happo")
 
 
-def _f(default, help_, **kw):
-    return field(default=default, metadata={"help": help_, **kw})
-
-
 @dataclass
 class TrainConfig:
-    """Configuration of the shared algorithm (every field has a help string; the CLI mirrors
-    them). ``None`` for ``occupancy``/``trust_region``/``correction``/``order`` means "as the
-    method preset says" (:data:`METHODS`)."""
+    """Configuration of the shared algorithm: each field is one setting (default, valid
+    range, help, flag: :func:`sat_theory.config_file.setting`; ``sat train``'s algorithm
+    flags, ``--config`` and ``--resume`` are generated from these fields). ``None`` for
+    ``occupancy``/``trust_region``/``correction``/``order`` means "as the method preset
+    says" (:data:`METHODS`)."""
 
-    method: str = _f("sat", "method preset: sat | naive | joint | no-tr | happo")
-    stages: int = _f(10, "number of stages K (each updates every agent once)")
-    eval_every: int = _f(1, "held-out evaluation (team.evaluate(), eval_{k}.jsonl, J_before/"
-                         "J_after of the stage records) before training, after every "
-                         "eval_every-th stage and after the last; the other stage records "
-                         "carry None there (1: after every stage)")
-    delta: float = _f(0.01, "trust-region radius δ_i for every agent (TeamTR §5: δ_i = 0.01)")
-    delta_per_agent: tuple | None = _f(None, "per-agent radii δ_j (overrides delta)")
-    trust_region: str | None = _f(None, "fixed | adaptive (adaptive δ) | none")
-    occupancy: str | None = _f(None, "intermediate | stale | resample-every-k | stale+IS")
-    resample_k: int = _f(2, "resample-every-k: steps per fresh batch")
-    correction: str | None = _f(None, "none | happo (HAPPO's M-factor on a stale batch)")
-    order: str | None = _f(None, "update order: fixed | reverse | random | greedy (default fixed)")
-    fixed_order: tuple | None = _f(None, "the permutation used by order=fixed (default 0..n-1)")
-    n_groups: int = _f(8, "sampled mode: groups (start states / prompts) per rollout, B")
-    group_size: int = _f(8, "sampled mode: episodes per group, G")
-    normalize_std: bool = _f(True, "divide advantages by the group std σ̂ (ablation: off)")
-    A_clip: float | None = _f(5.0, "advantage clip A_clip (None: no clipping; ablation)")
-    eps_norm: float = _f(1e-6, "ε_norm in σ̂ = sqrt(mean (R−μ̂)² + ε_norm) (THEORY §6)")
-    eps_w: float = _f(0.2, "ratio-clip ε (PPO clip range; the ε_w of THEORY §6)")
-    beta_init: float = _f(1.0, "initial KL penalty coefficient β (adapted per agent)")
-    beta_min: float = _f(1e-4, "lower limit of the adaptive β")
-    beta_max: float = _f(1e8, "upper limit of the adaptive β")
-    beta_growth: float = _f(2.0, "β multiplier per backtrack (and divisor when δ̂ < δ/4)")
-    step_shrink: float = _f(0.5, "step-size multiplier per backtrack")
-    max_backtracks: int = _f(12, "backtracks before a step counts as out of region")
-    on_violation: str = _f("reject", "out-of-region step after all backtracks: reject | flag")
-    delta_up: float = _f(1.5, "adaptive δ: multiplier when the gain ratio ρ ≥ 0.5")
-    delta_down: float = _f(0.5, "adaptive δ: multiplier when ρ < 0.25")
-    delta_min: float = _f(1e-5, "adaptive δ: lower limit")
-    delta_max: float = _f(0.5, "adaptive δ: upper limit")
-    delta_conf: float = _f(0.05, "confidence level δ_conf of the empirical certificate")
-    seed: int = _f(0, "seed of the algorithm's own randomness (random order)")
+    method: str = setting("sat", "method preset: sat | naive | joint | no-tr | happo")
+    stages: int = setting(10, "number of stages K (each updates every agent once)",
+                          range=("int", 0, None, True, False), resume=True)
+    eval_every: int = setting(1, "held-out evaluation (team.evaluate(), eval_{k}.jsonl, "
+                              "J_before/J_after of the stage records) before training, after "
+                              "every eval_every-th stage and after the last; the other stage "
+                              "records carry None there (1: after every stage)",
+                              range=("int", 1, None, True, False))
+    delta: float = setting(0.01, "trust-region radius δ_i for every agent (TeamTR §5: δ_i = "
+                           "0.01)", range=("float", 0.0, None, False, False))
+    delta_per_agent: tuple | None = setting(None, "comma-separated per-agent radii δ_j "
+                                            "(overrides --delta) [each > 0]", item=float)
+    trust_region: str | None = setting(None, "fixed | adaptive (adaptive δ) | none")
+    occupancy: str | None = setting(None, "intermediate | stale | resample-every-k | stale+IS")
+    resample_k: int = setting(2, "resample-every-k: steps per fresh batch",
+                              range=("int", 1, None, True, False))
+    correction: str | None = setting(None, "none | happo (HAPPO's M-factor on a stale batch)")
+    order: str | None = setting(None, "update order: fixed | reverse | random | greedy "
+                                "(default fixed), or a permutation like 2,0,1 (fixed order)")
+    fixed_order: tuple | None = setting(None, "the permutation used by order=fixed, comma-"
+                                        "separated (default 0..n-1)", item=int)
+    n_groups: int = setting(8, "sampled mode: groups (start states / prompts) per rollout, B",
+                            range=("int", 1, None, True, False), flag="groups")
+    group_size: int = setting(8, "sampled mode: episodes per group, G",
+                              range=("int", 1, None, True, False))
+    normalize_std: bool = setting(True, "ablation: divide advantages by the group std σ̂",
+                                  negate="no-std-norm")
+    A_clip: float | None = setting(5.0, "advantage clip A_clip", flag="adv-clip",
+                                   range=("float", 0.0, None, False, False),
+                                   none_flag="no-adv-clip")
+    eps_norm: float = setting(1e-6, "ε_norm in σ̂ = sqrt(mean (R−μ̂)² + ε_norm) (THEORY §6)",
+                              range=("float", 0.0, None, False, False))
+    eps_w: float = setting(0.2, "ratio-clip ε (PPO clip range; the ε_w of THEORY §6)",
+                           range=("float", 0.0, 1.0, False, True))
+    beta_init: float = setting(1.0, "initial KL penalty coefficient β (adapted per agent)",
+                               range=("float", 0.0, None, False, False), flag="beta")
+    beta_min: float = setting(1e-4, "lower limit of the adaptive β",
+                              range=("float", 0.0, None, False, False))
+    beta_max: float = setting(1e8, "upper limit of the adaptive β",
+                              range=("float", 0.0, None, False, False))
+    beta_growth: float = setting(2.0, "β multiplier per backtrack (and divisor when δ̂ < δ/4)",
+                                 range=("float", 1.0, None, False, False))
+    step_shrink: float = setting(0.5, "step-size multiplier per backtrack",
+                                 range=("float", 0.0, 1.0, False, True))
+    max_backtracks: int = setting(12, "backtracks before a step counts as out of region",
+                                  range=("int", 0, None, True, False))
+    on_violation: str = setting("reject", "out-of-region step after all backtracks: reject | "
+                                "flag")
+    delta_up: float = setting(1.5, "adaptive δ: multiplier when the gain ratio ρ ≥ 0.5",
+                              range=("float", 1.0, None, True, False))
+    delta_down: float = setting(0.5, "adaptive δ: multiplier when ρ < 0.25",
+                                range=("float", 0.0, 1.0, False, True))
+    delta_min: float = setting(1e-5, "adaptive δ: lower limit",
+                               range=("float", 0.0, None, False, False))
+    delta_max: float = setting(0.5, "adaptive δ: upper limit",
+                               range=("float", 0.0, None, False, False))
+    delta_conf: float = setting(0.05, "confidence level δ_conf of the empirical certificate",
+                                range=("float", 0.0, 1.0, False, False))
+    seed: int = setting(0, "seed of rollouts and the algorithm",
+                        range=("int", 0, None, True, False))
     # plug-and-play (THEORY §5)
-    swap_stage: int | None = _f(None, "plug-and-play: replace an agent before this stage")
-    swap_agent: int = _f(0, "plug-and-play: the agent replaced")
-    swap_kind: str = _f("stronger", "plug-and-play: the new agent: stronger | random")
-    swap_strategy: str = _f("stage0", "plug-and-play: direct | stage0 | retrain")
-    stage0_form: str = _f("distill", "Stage-0 form: distill (TeamTR) | project (SAT)")
-    delta_align: float | None = _f(None, "Stage-0 radius δ_align (default: the agent's δ)")
+    swap_stage: int | None = setting(None, "plug-and-play: replace an agent before this stage "
+                                     "(< --stages)", range=("int", 0, None, True, False))
+    swap_agent: int = setting(0, "plug-and-play: the agent replaced (< --agents)",
+                              range=("int", 0, None, True, False))
+    swap_kind: str = setting("stronger", "plug-and-play: the new agent: stronger | random")
+    swap_strategy: str = setting("stage0", "plug-and-play: direct | stage0 | retrain")
+    stage0_form: str = setting("distill", "Stage-0 form: distill (TeamTR) | project (SAT)")
+    delta_align: float | None = setting(None, "Stage-0 radius δ_align (default: the agent's δ)",
+                                        range=("float", 0.0, None, False, False))
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise InputError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
         preset = METHODS[self.method]
+        if isinstance(self.order, str) and self.order not in ORDERS:
+            self._order_permutation()
         for k in ("occupancy", "trust_region", "correction", "order"):
             if getattr(self, k) is None:
                 setattr(self, k, preset.get(k, "fixed" if k == "order" else None))
@@ -174,6 +215,15 @@ class TrainConfig:
             raise InputError("eval_every > 1 cannot go with adaptive δ (trust_region adaptive "
                              "evaluates the team after every step)")
 
+    def _order_permutation(self) -> None:
+        """``order="2,0,1"`` (the ``--order`` flag's permutation form): a fixed order."""
+        try:
+            perm = tuple(int(x) for x in self.order.split(","))
+        except ValueError:
+            raise InputError(f"--order must be one of {', '.join(ORDERS)} or a permutation like "
+                             f"2,0,1, got {self.order!r}") from None
+        self.order, self.fixed_order = "fixed", perm
+
     def evaluates_at(self, k: int) -> bool:
         """Whether the held-out score is measured after ``k`` stages (``eval_every``)."""
         return k == 0 or k % self.eval_every == 0 or k == self.stages
@@ -189,6 +239,31 @@ class TrainConfig:
     def help(cls) -> dict[str, str]:
         return {f.name: f.metadata["help"] for f in fields(cls)}
 
+    @classmethod
+    def from_args(cls, args, n_agents: int | None = None,
+                  defaults: dict | None = None) -> TrainConfig:
+        """The configuration of parsed settings ``args`` (anything with the flags' names as
+        attributes, :func:`sat_theory.config_file.from_args`): a setting not given takes
+        ``defaults`` (a backend's), else the field's default; with ``n_agents`` the
+        team-size rules are checked too (:meth:`check_team`)."""
+        cfg = cls(**from_args(cls, args, defaults=defaults))
+        if n_agents is not None:
+            cfg.check_team(n_agents)
+        return cfg
+
+    def check_team(self, n: int) -> None:
+        """The rules that need the team size ``n``: the order is a permutation of the agents,
+        one radius per agent, the swapped agent exists."""
+        if self.fixed_order is not None and sorted(self.fixed_order) != list(range(n)):
+            raise InputError(f"--order {','.join(map(str, self.fixed_order))} is not a "
+                             f"permutation of the agents 0..{n - 1}")
+        if self.delta_per_agent is not None and len(self.delta_per_agent) != n:
+            raise InputError(f"--delta-per-agent has {len(self.delta_per_agent)} entries for "
+                             f"{n} agents")
+        if not self.swap_agent < n:
+            raise InputError(f"--swap-agent {self.swap_agent} is not an agent index in "
+                             f"[0, {n - 1}]")
+
     def radius(self, agent: int) -> float:
         if self.delta_per_agent is not None:
             if agent >= len(self.delta_per_agent):
@@ -198,34 +273,10 @@ class TrainConfig:
         return float(self.delta)
 
 
-#: valid values of the numeric fields: (kind, low, high, low included, high included);
-#: None fields (A_clip, swap_stage, delta_align) may also be None. The CLI shows these.
-RANGES: dict[str, tuple] = {
-    "stages": ("int", 0, None, True, False),
-    "eval_every": ("int", 1, None, True, False),
-    "delta": ("float", 0.0, None, False, False),
-    "resample_k": ("int", 1, None, True, False),
-    "n_groups": ("int", 1, None, True, False),
-    "group_size": ("int", 1, None, True, False),
-    "A_clip": ("float", 0.0, None, False, False),
-    "eps_norm": ("float", 0.0, None, False, False),
-    "eps_w": ("float", 0.0, 1.0, False, True),
-    "beta_init": ("float", 0.0, None, False, False),
-    "beta_min": ("float", 0.0, None, False, False),
-    "beta_max": ("float", 0.0, None, False, False),
-    "beta_growth": ("float", 1.0, None, False, False),
-    "step_shrink": ("float", 0.0, 1.0, False, True),
-    "max_backtracks": ("int", 0, None, True, False),
-    "delta_up": ("float", 1.0, None, True, False),
-    "delta_down": ("float", 0.0, 1.0, False, True),
-    "delta_min": ("float", 0.0, None, False, False),
-    "delta_max": ("float", 0.0, None, False, False),
-    "delta_conf": ("float", 0.0, 1.0, False, False),
-    "seed": ("int", 0, None, True, False),
-    "swap_stage": ("int", 0, None, True, False),
-    "swap_agent": ("int", 0, None, True, False),
-    "delta_align": ("float", 0.0, None, False, False),
-}
+#: valid values of the numeric fields (from the fields' ``range``): (kind, low, high, low
+#: included, high included); None fields (A_clip, swap_stage, delta_align) may also be None
+RANGES: dict[str, tuple] = {f.name: f.metadata["range"] for f in fields(TrainConfig)
+                            if f.metadata.get("range") is not None}
 
 
 def _choice(name, value, allowed):
@@ -342,15 +393,7 @@ class RunState:
 
     @classmethod
     def initial(cls, cfg: TrainConfig, n_agents: int) -> RunState:
-        if cfg.fixed_order is not None and sorted(cfg.fixed_order) != list(range(n_agents)):
-            raise InputError(f"fixed_order {list(cfg.fixed_order)} is not a permutation of "
-                             f"0..{n_agents - 1}")
-        if not cfg.swap_agent < n_agents:
-            raise InputError(f"swap_agent {cfg.swap_agent} is not an agent index in "
-                             f"[0, {n_agents - 1}]")
-        if cfg.delta_per_agent is not None and len(cfg.delta_per_agent) != n_agents:
-            raise InputError(f"delta_per_agent has {len(cfg.delta_per_agent)} entries for "
-                             f"{n_agents} agents")
+        cfg.check_team(n_agents)
         return cls(beta=[float(cfg.beta_init)] * n_agents,
                    delta=[cfg.radius(j) for j in range(n_agents)],
                    rng=np.random.default_rng(cfg.seed))
@@ -418,7 +461,7 @@ class _Stage:
         cfg = self.cfg
         # the parameter versions the batch must come from: the team's now (for intermediate
         # occupancy these are the updated predecessors); checked before every update on it
-        self.expected_versions = getattr(self.team, "version", None)
+        self.expected_versions = self.team.version if isinstance(self.team, Versioned) else None
         self.batch = self.team.rollout(cfg.n_groups, cfg.group_size)
         self.state.rollouts += 1
         self.state.episodes += self.batch.n_episodes
@@ -472,9 +515,8 @@ class _Stage:
                 extra["m_factor_mean"] = float(weights.mean()) if weights.size else 1.0
             if weights is not None:
                 adv = adv * weights
-        check = getattr(team, "check_batch", None)  # LLM teams: stale/unsynced adapters
-        if check is not None:
-            check(j, batch, ref, expected=self.expected_versions)
+        if isinstance(team, Versioned):  # LLM teams: stale/unsynced adapters
+            team.check_batch(j, batch, ref, expected=self.expected_versions)
         beta = self.state.beta[j]
         scale = 1.0
         backtracks = 0
@@ -538,9 +580,8 @@ class _Stage:
         )
         for k in ("L_seq", "L_stale", "delta", "delta_max", "tv", "A_max", "f_inf", "true_gain"):
             rec[k] = None
-        metrics = getattr(team, "step_metrics", None)  # backend fields (e.g. LLM tokens, loss)
-        if metrics is not None:
-            rec.update(metrics(j, batch, upd, klr))
+        if isinstance(team, ReportsMetrics):  # backend fields (e.g. LLM tokens, loss)
+            rec.update(team.step_metrics(j, batch, upd, klr))
         rec["_ref"] = ref  # popped in commit(): the pre-step snapshot for the exact terms
         return _StepResult(j, rec, team.snapshot(j), beta, logp)
 
@@ -553,10 +594,10 @@ class _Stage:
             self.updated[j] = (ta.episode, ta.t, res.logp - ta.logp)
         elif batch.exact:
             self.updated[j] = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
-        hook = getattr(self.team, "exact_step_terms", None)
-        if hook is not None:
+        if isinstance(self.team, SupportsExactTerms):
             ref = res.record.pop("_ref")
-            res.record.update(hook(j, ref, self.start, delta_i=res.record["delta_i"]))
+            res.record.update(self.team.exact_step_terms(j, ref, self.start,
+                                                         delta_i=res.record["delta_i"]))
         else:
             res.record.pop("_ref", None)
         if self.cfg.trust_region == "adaptive":
@@ -676,8 +717,8 @@ def _stage_record(st: _Stage, order: list[int], steps: list[dict], J_before: flo
     J_after = float(team.evaluate()) if evaluate_after else None
     rec: dict = dict(kind="stage", stage=st.stage, order=list(order), method=cfg.method,
                      J_before=J_before, J_after=J_after)
-    hook = getattr(team, "exact_stage_terms", None)
-    exact = hook(st.start, order) if hook is not None else None
+    exact = team.exact_stage_terms(st.start, order) if isinstance(team, SupportsExactTerms) \
+        else None
     L_hat = [s["surrogate"] for s in steps]
     d_hat = [s["kl"] for s in steps]
     z_hat = [s["zeta"] or 0.0 for s in steps]
@@ -691,7 +732,7 @@ def _stage_record(st: _Stage, order: list[int], steps: list[dict], J_before: flo
                    violated=exact["violated"])
         A_max = exact["A_max"]
     else:
-        A_max = getattr(team, "advantage_bound", None)
+        A_max = team.advantage_bound if isinstance(team, HasAdvantageBound) else None
         measured = J_after is not None and J_before is not None
         rec.update(true_improvement=J_after - J_before if measured else None,
                    lower_bound_source="estimated",
@@ -727,9 +768,8 @@ def _stage_record(st: _Stage, order: list[int], steps: list[dict], J_before: flo
     rec["out_of_region_steps"] = int(sum(bool(s["out_of_region"]) for s in steps))
     rec["rollouts"] = st.state.rollouts
     rec["episodes"] = st.state.episodes
-    metrics = getattr(team, "stage_metrics", None)  # backend fields (e.g. LLM eval_accuracy)
-    if metrics is not None:
-        rec.update(metrics(rec))
+    if isinstance(team, ReportsMetrics):  # backend fields (e.g. LLM eval_accuracy)
+        rec.update(team.stage_metrics(rec))
     return rec
 
 
@@ -742,27 +782,24 @@ def swap_agent(team: Team, cfg: TrainConfig, state: RunState, *, initial: list |
     j = cfg.swap_agent
     if not (0 <= j < team.n_agents):
         raise InputError(f"swap_agent {j} is not an agent index in [0, {team.n_agents - 1}]")
-    make = getattr(team, "new_agent", None)
-    if make is None:
+    if not isinstance(team, SupportsSwap):
         raise InputError("this backend cannot build replacement agents (no new_agent)")
     J0 = float(team.evaluate())
-    new = make(j, cfg.swap_kind, cfg.seed + 7919 * (state.stage + 1))
+    new = team.new_agent(j, cfg.swap_kind, cfg.seed + 7919 * (state.stage + 1))
     rec = dict(kind="swap", stage=state.stage, agent=j, strategy=cfg.swap_strategy,
                swap_kind=cfg.swap_kind, form=cfg.stage0_form if cfg.swap_strategy == "stage0" else None,
                J_before_swap=J0)
     if cfg.swap_strategy == "stage0":
-        align = getattr(team, "align", None)
-        if align is None:
+        if not isinstance(team, SupportsAlign):
             raise InputError("this backend has no Stage-0 alignment (no align)")
         d_align = cfg.delta_align if cfg.delta_align is not None else state.delta[j]
-        new, info = align(j, new, d_align, cfg.stage0_form)
+        new, info = team.align(j, new, d_align, cfg.stage0_form)
         rec.update({f"align_{k}": v for k, v in info.items()}, delta_align=d_align)
     team.replace(j, new)
     if cfg.swap_strategy == "retrain":
-        reset = getattr(team, "reset", None)
-        if reset is None:
+        if not isinstance(team, Resettable):
             raise InputError("this backend cannot reset agents (no reset)")
-        reset([k for k in range(team.n_agents) if k != j])
+        team.reset([k for k in range(team.n_agents) if k != j])
         state.beta[:] = [float(cfg.beta_init)] * team.n_agents
     rec["J_after_swap"] = float(team.evaluate())
     rec["swap_shock"] = rec["J_after_swap"] - J0
@@ -770,25 +807,11 @@ def swap_agent(team: Team, cfg: TrainConfig, state: RunState, *, initial: list |
 
 
 # ------------------------------------------------------------------ train
-def train(team: Team, cfg: TrainConfig, *, writer=None, save_policies: bool = False,
-          progress: Callable[[dict], None] | None = None, extra_config: dict | None = None) -> dict:
-    """Run ``cfg.stages`` stages in memory with :class:`sat_theory.runner.Runner` (no
-    checkpoints; ``sat train`` adds a run folder and resume).
+def __getattr__(name):
+    """``train`` lives in :mod:`sat_theory.runner` (it is built on the runner, which is
+    built on this module); the old name is kept until its importers move (docs/architecture.md)."""
+    if name == "train":
+        from .runner import train
 
-    ``writer``: a :class:`sat_theory.metrics.RunWriter` (config.json, metrics.jsonl,
-    ``policies/stage{k}.npz`` via ``team.save`` when ``save_policies``: the policy at the
-    start of stage k, after a plug-and-play swap; ``stage{k}_preswap.npz`` the one before
-    it, i.e. the end of stage k−1). ``progress(stage record)`` after each stage. Returns a
-    summary dict (J at start and end, counts).
-    """
-    from .runner import Runner  # the runner is built on this module
-
-    runner = Runner(team, cfg, writer=writer, save_policies=save_policies, on_stage=progress)
-    config = {"algorithm": cfg.to_dict(), **(extra_config or {})}
-    return runner.start(config if writer is not None else None)
-
-
-def preset(method: str, **overrides) -> TrainConfig:
-    """``TrainConfig(method=method, **overrides)`` (a readable alias)."""
-    return TrainConfig(method=method, **overrides)
-
+        return train
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -47,18 +47,19 @@ carrying the run marker ``.sat-run``; :mod:`sat_theory.ownership`).
 from __future__ import annotations
 
 import fcntl
-import importlib
 import json
 import math
 import os
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .algorithm import RunState, TrainConfig, run_stage, swap_agent
+from .backends import BACKENDS, load_backend
 from .checkpoint import load_state, save_state, write_atomic
 from .errors import InputError
 from .metrics import RunWriter, write_json_atomic
@@ -74,30 +75,17 @@ from .ownership import (
 )
 from .progress import bar as progress_bar
 from .progress import note
+from .team import Closeable, HasEvalRecords, HasPolicyFormat, SavesPolicy, Team
 from .tracking import check_installed, default_report_to, parse_report_to
 
-__all__ = ["Runner", "RunFolder", "BACKENDS", "load_backend", "CHECKPOINT", "RUN_FILES",
+__all__ = ["Runner", "RunFolder", "RunOptions", "BACKENDS", "load_backend", "CHECKPOINT",
+           "RUN_FILES", "run_fresh", "run_resume", "train",
            "train_config_from_dict"]
 
 CHECKPOINT = "checkpoint.safetensors"
 LOCK = ".lock"
 #: what a run writes into its folder (``--overwrite`` removes exactly these)
 RUN_FILES = RUN_ENTRIES  # and eval_{k}[_swap].jsonl, exact temp names (ownership.is_run_entry)
-#: backend name -> "module:attribute" of its backend object (imported on use)
-BACKENDS = {"tabular": "sat_theory.commands.train:TabularBackend",
-            "llm": "sat_llm.train:LLMBackend"}
-
-def load_backend(name: str):
-    """The backend object registered as ``name`` (one-line error if it is not installed)."""
-    if name not in BACKENDS:
-        raise InputError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
-    module, attr = BACKENDS[name].split(":")
-    try:
-        return getattr(importlib.import_module(module), attr)()
-    except ImportError as e:
-        extra = {"llm": "pip install -e '.[llm]'"}.get(name, "")
-        raise InputError(f"the {name} backend is not installed ({e.name}): {extra}") from None
-
 
 def train_config_from_dict(d: dict) -> TrainConfig:
     """A :class:`TrainConfig` from its ``to_dict()`` form (a saved ``config.json``)."""
@@ -277,7 +265,7 @@ class Runner:
     def __init__(self, team, cfg: TrainConfig, *, writer=None, folder: RunFolder | None = None,
                  save_policies: bool = False, progress: bool = False,
                  on_stage: Callable[[dict], None] | None = None):
-        if save_policies and (writer is None or getattr(team, "save", None) is None):
+        if save_policies and (writer is None or not isinstance(team, SavesPolicy)):
             raise InputError("--save-policies needs an output folder and a backend that can save")
         self.team, self.cfg, self.writer, self.folder = team, cfg, writer, folder
         self.save_policies, self.on_stage = save_policies, on_stage
@@ -322,18 +310,17 @@ class Runner:
 
     def _save_policy(self, name: str) -> None:
         if self.save_policies:
-            ext = getattr(self.team, "policy_format", "npz")
+            ext = self.team.policy_format if isinstance(self.team, HasPolicyFormat) else "npz"
             path = Path(self.writer.policy_path(0)).with_name(f"{name}.{ext}")
             path.parent.mkdir(parents=True, exist_ok=True)
             self.team.save(str(path))
 
     def _eval_file(self, k: int | str) -> None:
-        records = getattr(self.team, "eval_records", None)
-        if records is None or self.folder is None:
+        if not isinstance(self.team, HasEvalRecords) or self.folder is None:
             return
         from .commands._io import dumps
 
-        text = "".join(dumps(r) + "\n" for r in records())
+        text = "".join(dumps(r) + "\n" for r in self.team.eval_records())
         write_atomic(self.folder.path / f"eval_{k}.jsonl",
                      lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
@@ -422,6 +409,22 @@ def stage_line(rec: dict) -> str:
             f"{rec.get('rejected_steps', 0)}")
 
 
+def train(team: Team, cfg: TrainConfig, *, writer=None, save_policies: bool = False,
+          progress: Callable[[dict], None] | None = None, extra_config: dict | None = None) -> dict:
+    """Run ``cfg.stages`` stages in memory with :class:`sat_theory.runner.Runner` (no
+    checkpoints; ``sat train`` adds a run folder and resume).
+
+    ``writer``: a :class:`sat_theory.metrics.RunWriter` (config.json, metrics.jsonl,
+    ``policies/stage{k}.npz`` via ``team.save`` when ``save_policies``: the policy at the
+    start of stage k, after a plug-and-play swap; ``stage{k}_preswap.npz`` the one before
+    it, i.e. the end of stage k−1). ``progress(stage record)`` after each stage. Returns a
+    summary dict (J at start and end, counts).
+    """
+    runner = Runner(team, cfg, writer=writer, save_policies=save_policies, on_stage=progress)
+    config = {"algorithm": cfg.to_dict(), **(extra_config or {})}
+    return runner.start(config if writer is not None else None)
+
+
 # ------------------------------------------------------------------ sat train
 def _terminate_as_interrupt():
     """SIGTERM behaves as Ctrl-C (temporary files are removed on the way out)."""
@@ -433,36 +436,52 @@ def _terminate_as_interrupt():
         pass
 
 
-def run_fresh(backend, args, make_config) -> tuple[dict, TrainConfig]:
-    """``sat train ... --out DIR``: configure (every flag checked), claim the folder, build
-    the team, run. Returns ``(summary, cfg)``."""
+@dataclass
+class RunOptions:
+    """How a run is kept (not what it computes, which is the configuration): the run folder
+    ``out``, ``overwrite`` an existing run there, ``save_policies``, the trackers
+    ``report_to`` (names or a comma-separated string; ``None``: the default, or on resume
+    the saved run's) and ``progress`` bars."""
+
+    out: str | os.PathLike
+    overwrite: bool = False
+    save_policies: bool = False
+    report_to: tuple | str | None = None
+    progress: bool = True
+
+
+def run_fresh(backend, cfg: TrainConfig, config: dict, opts: RunOptions) -> dict:
+    """A fresh run of a configured backend (``cfg, config = backend.configure(...)``): claim
+    the folder, write config.json (``algorithm``, the backend's sections, ``run``), build
+    the team, run. Returns the summary."""
     _terminate_as_interrupt()
-    args.report_to = parse_report_to(getattr(args, "report_to", None))
-    check_installed(args.report_to)
-    cfg, config = backend.configure(args, make_config)
+    report_to = parse_report_to(opts.report_to)
+    check_installed(report_to)
     config = {"algorithm": cfg.to_dict(), **config,
-              "run": {"save_policies": bool(getattr(args, "save_policies", False)),
-                      "report_to": list(args.report_to)}}
-    with RunFolder(args.out) as folder:
-        folder.claim(getattr(args, "overwrite", False))
-        return _run(backend, folder, cfg, config, None, args), cfg
+              "run": {"save_policies": bool(opts.save_policies), "report_to": list(report_to)}}
+    with RunFolder(opts.out) as folder:
+        folder.claim(opts.overwrite)
+        return _run(backend, folder, cfg, config, None, report_to, opts)
 
 
-def run_resume(args) -> tuple[dict, TrainConfig, object]:
-    """``sat train --resume DIR [--stages K] [--quiet]``; ``(summary, cfg, backend)``."""
+def run_resume(path, *, stages: int | None = None, report_to=None, backend=None,
+               progress: bool = True) -> tuple[dict, TrainConfig, object]:
+    """Continue the run saved in ``path``: ``stages`` (more, or as many as saved),
+    ``report_to`` (this process's trackers; default the saved run's); ``backend``: a name
+    (refuse a saved run of another backend) or a backend object to rebuild the team with
+    (default: the registered one of the saved name). Returns ``(summary, cfg, backend)``."""
     _terminate_as_interrupt()
-    with RunFolder(args.resume) as folder:
+    with RunFolder(path) as folder:
         config = folder.config()
         folder.remove_temp_files()  # the lock is held and the folder is a run
         name = config["backend"].get("backend") if isinstance(config["backend"], dict) else None
-        backend = load_backend(name)
-        if getattr(args, "backend_given", None) not in (None, name):
-            raise InputError(f"--backend {args.backend_given} contradicts the saved run "
-                             f"(backend {name})")
+        given = backend if backend is None or isinstance(backend, str) else backend.name
+        if given not in (None, name):
+            raise InputError(f"--backend {given} contradicts the saved run (backend {name})")
+        loaded = load_backend(name) if backend is None or isinstance(backend, str) else backend
         cfg = train_config_from_dict(config["algorithm"])
         ck = folder.checkpoint()
         done = int(ck["run_state"]["stage"]) if ck else 0
-        stages = getattr(args, "resume_stages", None)
         if stages is not None and stages != cfg.stages:
             if stages < done:
                 raise InputError(f"--stages {stages}: the run has done {done} stages already")
@@ -470,30 +489,27 @@ def run_resume(args) -> tuple[dict, TrainConfig, object]:
             cfg = train_config_from_dict(config["algorithm"])
             write_json_atomic(str(folder.path / "config.json"), config)
         run = config.get("run", {})
-        args.save_policies = bool(run.get("save_policies", False))
-        if getattr(args, "report_to", None) is not None:  # this process only
-            args.report_to = parse_report_to(args.report_to)
-            check_installed(args.report_to)
+        if report_to is not None:  # this process only
+            report_to = parse_report_to(report_to)
+            check_installed(report_to)
         else:  # the saved run's (a tracker no longer installed is dropped with a warning)
-            args.report_to = tuple(run.get("report_to", default_report_to()))
-        return _run(backend, folder, cfg, config, ck, args), cfg, backend
+            report_to = tuple(run.get("report_to", default_report_to()))
+        opts = RunOptions(out=folder.path, save_policies=bool(run.get("save_policies", False)),
+                          progress=progress)
+        return _run(loaded, folder, cfg, config, ck, report_to, opts), cfg, loaded
 
 
-def _run(backend, folder: RunFolder, cfg, config, ck, args) -> dict:
+def _run(backend, folder: RunFolder, cfg, config, ck, report_to, opts: RunOptions) -> dict:
     team = backend.make_team(config, cfg, folder.path)
     try:
-        if ck is None:
-            truncate_metrics(folder.path / "metrics.jsonl", 0)
-        else:
-            truncate_metrics(folder.path / "metrics.jsonl", int(ck["n_records"]))
-        with RunWriter(str(folder.path), append=ck is not None, report_to=args.report_to,
+        truncate_metrics(folder.path / "metrics.jsonl", 0 if ck is None else ck["n_records"])
+        with RunWriter(str(folder.path), append=ck is not None, report_to=report_to,
                        config=config) as writer:
             runner = Runner(team, cfg, writer=writer, folder=folder,
-                            save_policies=getattr(args, "save_policies", False), progress=True)
+                            save_policies=opts.save_policies, progress=opts.progress)
             if ck is None:
                 return runner.start(config)
             return runner.run(runner.restore(ck))
     finally:
-        close = getattr(team, "close", None)
-        if close is not None:
-            close()
+        if isinstance(team, Closeable):
+            team.close()

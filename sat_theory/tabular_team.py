@@ -43,12 +43,14 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.special import log_softmax, softmax
 
 from .certificates import stage_certificate
+from .config_file import from_args, setting
 from .errors import InputError
 from .estimators import importance_weight_ess
 from .evaluate import Evaluation, evaluate
@@ -63,7 +65,8 @@ from .policy import (
 )
 from .team import Batch, Episode, Turn, TurnArrays
 
-__all__ = ["TabularTeam", "horizon_for", "proximal_step"]
+__all__ = ["TabularTeam", "TabularConfig", "TabularBackend", "horizon_for", "proximal_step",
+           "mdp_spec", "build_mdp_from_spec", "RANDOM_ENVS"]
 
 MODES = ("exact", "sampled")
 EXACT_STEPS = ("proximal", "npg")
@@ -529,3 +532,194 @@ class TabularTeam:
         self._rollout_id = int(d["rollout_id"])
         self._cache.clear()
         self._ctx.clear()
+
+
+# ------------------------------------------------------------------ the tabular backend
+#: the seeded random MDP generators of ``--env`` and their layouts
+RANDOM_ENVS = {"random-simultaneous": "simultaneous", "random-masked": "masked",
+               "random-turn": "turn"}
+
+
+@dataclass
+class TabularConfig:
+    """The tabular world's settings (``sat train --backend tabular``; each field one flag,
+    :func:`sat_theory.config_file.setting`). The saved ``config.json`` ``backend`` section
+    is :meth:`TabularBackend.configure`'s resolved form (paths, hashes, the MDP's sizes)."""
+
+    mdp: str | None = setting(None, "MDP .npz file")
+    env: str | None = setting(None, "named MDP (bandit, chain, two_state, coordination, "
+                              "naive_reuse) or random-simultaneous | random-masked | random-turn")
+    states: int = setting(8, "random envs: number of states", range=("int", 1, None, True, False))
+    actions: int = setting(2, "random envs: actions per agent",
+                           range=("int", 1, None, True, False))
+    agents: int | None = setting(None, "number of agents (random envs: required size; "
+                                 "otherwise checked)", range=("int", 1, None, True, False))
+    gamma: float | None = setting(None, "discount for --env (none: the env's own, 0.9 for "
+                                  "random envs)", range=("float", 0.0, 1.0, False, False))
+    env_seed: int | None = setting(None, "random envs: seed (none: --seed)",
+                                   range=("int", 0, None, True, False))
+    init: str = setting("uniform", "initial team policy: uniform | random | a policy .npz file")
+    exact: bool = setting(False, "exact mode: expectations computed exactly (the default)")
+    sampled: bool = setting(False, "sampled mode (implied by --group-size/--groups)")
+    exact_step: str = setting("proximal", "exact mode: the trust-region step on the exact "
+                              "surrogate", choices=EXACT_STEPS)
+    lr: float = setting(0.5, "sampled mode: Adam learning rate (0.5: the trust region δ = "
+                        "0.01 binds)", range=("float", 0.0, None, False, False))
+    epochs: int = setting(10, "sampled mode: Adam steps per update",
+                          range=("int", 1, None, True, False))
+    horizon_tol: float = setting(1e-3, "sampled mode: truncate episodes at H with γ^H ≤ this",
+                                 range=("float", 0.0, 1.0, False, False))
+
+
+def _sha256(path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _sha256_or_none(path):
+    import os
+
+    return _sha256(path) if os.path.isfile(path) else None
+
+
+def mdp_spec(t: TabularConfig, seed: int) -> dict:
+    """What identifies the run's MDP (saved in config.json, so ``--resume`` rebuilds it)."""
+    import os
+
+    if (t.mdp is None) == (t.env is None):
+        raise InputError("give exactly one of --mdp FILE or --env NAME")
+    if t.mdp is not None:
+        path = os.path.abspath(t.mdp)
+        if not os.path.isfile(path):
+            raise InputError(f"MDP file not found: {t.mdp}")
+        return dict(mdp=path, mdp_sha256=_sha256(path), env=None)
+    if t.env in RANDOM_ENVS and t.agents is None:
+        raise InputError(f"--env {t.env} needs --agents N")
+    return dict(mdp=None, env=t.env, states=t.states, actions=t.actions, env_agents=t.agents,
+                env_gamma=t.gamma, env_seed=seed if t.env_seed is None else t.env_seed)
+
+
+def build_mdp_from_spec(spec: dict):
+    """The MDP of a saved :func:`mdp_spec` (a changed ``--mdp`` file is refused)."""
+    from .envs import NAMED, named_mdp, random_mdp
+
+    if spec["mdp"] is not None:
+        if spec.get("mdp_sha256") and _sha256_or_none(spec["mdp"]) != spec["mdp_sha256"]:
+            raise InputError(f"the MDP file {spec['mdp']} is missing or changed since the run "
+                             "started (sha256 differs)")
+        return FactorizedMDP.load(spec["mdp"])
+    env = spec["env"]
+    if env in RANDOM_ENVS:
+        return random_mdp(spec["states"], spec["env_agents"], spec["actions"],
+                          layout=RANDOM_ENVS[env],
+                          gamma=0.9 if spec["env_gamma"] is None else spec["env_gamma"],
+                          seed=spec["env_seed"])
+    if env in NAMED:
+        return named_mdp(env, spec["env_gamma"])
+    raise InputError(f"unknown env {env!r}; choose one of "
+                     f"{', '.join(sorted(NAMED) + sorted(RANDOM_ENVS))}")
+
+
+class TabularBackend:
+    """The tabular backend (:class:`sat_theory.backends.Backend`): checks the settings and
+    builds a :class:`TabularTeam` from the saved configuration."""
+
+    name = "tabular"
+    #: the algorithm's defaults are TrainConfig's own (TeamTR: δ = 0.01)
+    algorithm_defaults: dict = {}
+    settings = (TabularConfig,)
+
+    def __init__(self):
+        self._mdp = None  # the MDP loaded while configuring (reused by make_team)
+
+    def configure(self, args) -> tuple:
+        """``(TrainConfig, {"backend": ...})`` of the parsed settings ``args`` (any object
+        with the settings' flag names as attributes), every cross-setting rule checked."""
+        import os
+
+        from .algorithm import TrainConfig
+
+        t = TabularConfig(**from_args(TabularConfig, args))
+        if getattr(args, "executor", "serial") != "serial":
+            raise InputError("--executor ray runs LLM agents as Ray actors; it needs --backend llm")
+        if t.exact and t.sampled:
+            raise InputError("--exact cannot be combined with --sampled")
+        groups_given = any(getattr(args, d, None) is not None for d in ("group_size", "groups"))
+        sampled = bool(t.sampled or groups_given)
+        if sampled and t.exact:
+            raise InputError("--exact cannot be combined with --group-size/--groups")
+        seed = int(getattr(args, "seed", 0) or 0)
+        spec = mdp_spec(t, seed)
+        mdp = self._mdp = build_mdp_from_spec(spec)
+        if t.agents is not None and t.agents != mdp.n_agents:
+            raise InputError(f"--agents {t.agents} does not match the MDP, which has "
+                             f"{mdp.n_agents} agents")
+        cfg = TrainConfig.from_args(args, mdp.n_agents, self.algorithm_defaults)
+        init = dict(init=t.init)
+        if t.init not in ("uniform", "random"):
+            self._init_policy(dict(init=t.init), mdp)  # a bad file fails now
+            init = dict(init=os.path.abspath(t.init), init_sha256=_sha256(t.init))
+        backend = dict(backend="tabular", mode="sampled" if sampled else "exact", **spec,
+                       mdp_description=mdp.describe(), agents=mdp.n_agents,
+                       gamma=mdp.gamma, **init, exact_step=t.exact_step, lr=t.lr,
+                       epochs=t.epochs, horizon_tol=t.horizon_tol,
+                       horizon=horizon_for(mdp.gamma, t.horizon_tol), seed=seed)
+        return cfg, {"backend": backend}
+
+    @staticmethod
+    def sampled(config: dict) -> bool:
+        return config["backend"].get("mode") == "sampled"
+
+    @staticmethod
+    def flag_values(config: dict) -> dict:
+        """The tabular flags of a saved run (``--config RUN/config.json``): the saved section
+        holds resolved values (the MDP's sizes, paths), so this inverts :meth:`configure`."""
+        b = config["backend"]
+        try:
+            v = (dict(mdp=b["mdp"]) if b.get("mdp") else
+                 dict(env=b["env"], states=b["states"], actions=b["actions"],
+                      agents=b["env_agents"], gamma=b["env_gamma"], env_seed=b["env_seed"]))
+            v.update(init=b["init"], exact_step=b["exact_step"], lr=b["lr"], epochs=b["epochs"],
+                     horizon_tol=b["horizon_tol"], sampled=b["mode"] == "sampled")
+        except KeyError as e:
+            raise InputError(f"config.json: backend setting {e} missing") from None
+        return v
+
+    @staticmethod
+    def unused_algorithm_settings(config: dict) -> tuple:
+        """Algorithm settings the saved run did not use (exact mode draws no batches)."""
+        return () if config["backend"].get("mode") == "sampled" else ("n_groups", "group_size")
+
+    @staticmethod
+    def _init_policy(b: dict, mdp):
+        if b["init"] == "uniform":
+            return TeamPolicy.uniform(mdp)
+        if b["init"] == "random":
+            return TeamPolicy.random(mdp, b["seed"])
+        if b.get("init_sha256") and _sha256_or_none(b["init"]) != b["init_sha256"]:
+            raise InputError(f"the initial policy {b['init']} is missing or changed since the "
+                             "run started (sha256 differs)")
+        return TeamPolicy.load(b["init"], mdp)
+
+    def make_team(self, config: dict, cfg, out):
+        b = config["backend"]
+        try:
+            mdp = self._mdp if self._mdp is not None else build_mdp_from_spec(b)
+            return TabularTeam(mdp, self._init_policy(b, mdp), mode=b["mode"], seed=b["seed"],
+                               exact_step=b["exact_step"], lr=b["lr"], epochs=b["epochs"],
+                               horizon_tol=b["horizon_tol"])
+        except KeyError as e:
+            raise InputError(f"config.json: backend setting {e} missing") from None
+
+    @staticmethod
+    def report(summary: dict, cfg, out) -> int:
+        print(f"{cfg.method}: {summary['stages']} stages, J {summary['J_start']:.6g} -> "
+              f"{summary['J_end']:.6g}, certificate violations {summary['bound_violations']}, "
+              f"rejected steps {summary['rejected_steps']}, rollouts {summary['rollouts']}, "
+              f"{summary['seconds']:.2f}s -> {out}")
+        return 0

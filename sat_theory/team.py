@@ -1,6 +1,6 @@
 """The ``Team`` interface: what a backend (tabular or LLM) provides to the shared algorithm.
 
-See ARCHITECTURE.md. The algorithm (:mod:`sat_theory.algorithm`) needs, per agent step, only
+See docs/architecture.md. The algorithm (:mod:`sat_theory.algorithm`) needs, per agent step, only
 the methods of :class:`Team`; nothing of the algorithm (update order, advantages, trust-region
 control, resampling, importance weights, certificates) lives in a backend, and nothing of a
 backend (states vs token ids, logits tables vs LoRA adapters) leaks into the algorithm.
@@ -39,7 +39,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Turn", "Episode", "Batch", "TurnArrays", "Team"]
+__all__ = ["Turn", "Episode", "Batch", "TurnArrays", "Team", "Checkpointable",
+           "SupportsExactTerms", "HasAdvantageBound", "Versioned", "ReportsMetrics",
+           "SupportsSwap", "SupportsAlign", "Resettable", "SavesPolicy", "HasPolicyFormat",
+           "HasEvalRecords", "Closeable"]
 
 
 @dataclass
@@ -136,23 +139,12 @@ class Team(Protocol):
     Required attributes: ``n_agents`` and ``gamma`` (the discount of the certificates;
     ``gamma >= 1`` switches the γ-dependent certificate terms off, they are logged as null).
 
-    Optional hooks, used by the algorithm only when present (``getattr``):
-
-    - ``advantage_bound: float`` — an a-priori bound on ``|A|`` (reward units) for the
-      empirical certificate when the backend has no exact ``A_max``;
-    - ``exact_step_terms(agent, reference, stage_start, delta_i=None) -> dict`` — exact
-      terms of the step just taken (tabular oracle): ``L_seq, L_stale, delta, delta_max, tv,
-      A_max, f_inf, true_gain, J`` (and the per-state violation rate of ``δ_i``);
-      ``stage_start`` is the list of all agents' snapshots at the stage start;
-    - ``exact_stage_terms(stage_start, order) -> dict`` — the exact stage certificate
-      (:meth:`sat_theory.certificates.StageCertificate.to_dict`) of stage-start → now;
-    - ``align(agent, new, delta_align, form) -> (aligned_new, info: dict)`` — Stage-0
-      alignment (THEORY §5) of a new agent toward the current agent ``agent`` before it is
-      swapped in (``form``: ``"distill"`` TeamTR, ``"project"`` SAT); ``info`` is logged in
-      the ``"swap"`` record with an ``align_`` prefix;
-    - ``new_agent(agent, kind, seed) -> Any`` — build a replacement agent (plug-and-play);
-    - ``reset(agents)`` — reinitialise these agents to their initial parameters;
-    - ``save(path)`` — write the team's current policy (tabular: the core's ``.npz`` format).
+    Optional hooks are the protocols below (each ``runtime_checkable``: the algorithm and
+    the runner use a hook exactly when ``isinstance(team, Hook)``): :class:`Checkpointable`
+    (required by the runner), :class:`SupportsExactTerms`, :class:`HasAdvantageBound`,
+    :class:`Versioned`, :class:`ReportsMetrics`, :class:`SupportsSwap`,
+    :class:`SupportsAlign`, :class:`Resettable`, :class:`SavesPolicy`,
+    :class:`HasPolicyFormat`, :class:`HasEvalRecords` and :class:`Closeable`.
     """
 
     n_agents: int
@@ -201,3 +193,121 @@ class Team(Protocol):
 
     def replace(self, agent: int, new: Any) -> None:
         """Swap in a new agent (plug-and-play); alignment is done before, via ``align``."""
+
+
+# ------------------------------------------------------------------ optional hooks
+@runtime_checkable
+class Checkpointable(Protocol):
+    """The team's whole state for checkpoints (:mod:`sat_theory.runner`): a tree of arrays,
+    tensors, registered dataclasses and JSON values (:mod:`sat_theory.checkpoint`)."""
+
+    def state_dict(self) -> dict:
+        """Everything that determines the team's future (parameters, optimizer and RNG
+        states, caches that change numbers), so that ``load_state_dict`` resumes exactly."""
+
+    def load_state_dict(self, d: dict) -> None:
+        """Restore a :meth:`state_dict`."""
+
+
+@runtime_checkable
+class SupportsExactTerms(Protocol):
+    """Exact THEORY §4 terms (the tabular oracle), used instead of estimates."""
+
+    def exact_step_terms(self, agent: int, reference: Any, stage_start: list,
+                         delta_i: float | None = None) -> dict:
+        """Exact terms of the step just taken: ``L_seq, L_stale, delta, delta_max, tv, A_max,
+        f_inf, true_gain, J`` (and the per-state violation rate of ``δ_i``); ``stage_start``
+        is the list of all agents' snapshots at the stage start."""
+
+    def exact_stage_terms(self, stage_start: list, order: list[int]) -> dict:
+        """The exact stage certificate (:meth:`sat_theory.certificates.StageCertificate.to_dict`)
+        of stage-start → now in ``order``."""
+
+
+@runtime_checkable
+class HasAdvantageBound(Protocol):
+    """``advantage_bound``: an a-priori bound on ``|A|`` (reward units) for the estimated
+    stage bound and the empirical certificate when there are no exact terms."""
+
+    advantage_bound: float
+
+
+@runtime_checkable
+class Versioned(Protocol):
+    """Parameter versions, so a batch from stale or unsynced parameters is caught (LLM)."""
+
+    @property
+    def version(self) -> tuple:
+        """One version per agent; it changes with every change of the agent's parameters."""
+
+    def check_batch(self, agent: int, batch: Batch, reference: Any, *, expected=None) -> None:
+        """Raise when ``batch`` was not generated by ``expected`` (the versions when it was
+        drawn) or ``reference`` does not belong to it."""
+
+
+@runtime_checkable
+class ReportsMetrics(Protocol):
+    """Backend fields of the records (LLM: tokens, loss, ``eval_accuracy``, ...)."""
+
+    def step_metrics(self, agent: int, batch: Batch, update: dict, kl: dict) -> dict:
+        """Extra fields of a step record, from the step's own update and KL results."""
+
+    def stage_metrics(self, record: dict) -> dict:
+        """Extra fields of a stage record (``record``: the record so far)."""
+
+
+@runtime_checkable
+class SupportsSwap(Protocol):
+    """Plug-and-play (THEORY §5): build a replacement agent."""
+
+    def new_agent(self, agent: int, kind: str, seed: int) -> Any:
+        """A new agent for slot ``agent``: ``kind`` ``"stronger"`` or ``"random"``."""
+
+
+@runtime_checkable
+class SupportsAlign(Protocol):
+    """Stage-0 alignment of a new agent before it is swapped in (THEORY §5)."""
+
+    def align(self, agent: int, new: Any, delta_align: float, form: str) -> tuple[Any, dict]:
+        """``(aligned_new, info)``: ``new`` aligned toward the current agent ``agent``
+        (``form``: ``"distill"`` TeamTR, ``"project"`` SAT); ``info`` is logged in the swap
+        record with an ``align_`` prefix."""
+
+
+@runtime_checkable
+class Resettable(Protocol):
+    """Reinitialise agents (plug-and-play ``retrain``)."""
+
+    def reset(self, agents: list[int]) -> None:
+        """Put these agents back to their initial parameters."""
+
+
+@runtime_checkable
+class SavesPolicy(Protocol):
+    """Write the team's current policy (``--save-policies``)."""
+
+    def save(self, path: str) -> None:
+        """Write the policy to ``path`` (tabular: the core's ``.npz`` format)."""
+
+
+@runtime_checkable
+class HasPolicyFormat(Protocol):
+    """The file extension of :meth:`SavesPolicy.save` (default ``npz``)."""
+
+    policy_format: str
+
+
+@runtime_checkable
+class HasEvalRecords(Protocol):
+    """Per-problem results of the latest :meth:`Team.evaluate` (``eval_{k}.jsonl``)."""
+
+    def eval_records(self) -> list[dict]:
+        """One JSON-able dict per held-out problem."""
+
+
+@runtime_checkable
+class Closeable(Protocol):
+    """Resources to release when the run ends (Ray actors, engines)."""
+
+    def close(self) -> None:
+        """Release them; the team is not used afterwards."""

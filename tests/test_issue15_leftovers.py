@@ -249,6 +249,22 @@ def test_readme_python_api_example_runs_as_written(tmp_path, monkeypatch, capsys
     assert not list(tmp_path.iterdir())
 
 
+def test_readme_sat_trainer_example_runs_as_written(tmp_path, monkeypatch, capsys):
+    """The second ```python block: ``SATTrainer`` on the tiny random model (seconds)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("datasets")
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
+    code = section.split("```python\n")[2].split("\n```", 1)[0]
+    assert "SATTrainer(" in code
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md (SATTrainer)", "exec"), {"__name__": "__readme__"})
+    (line,) = capsys.readouterr().out.splitlines()
+    start, end = (float(x) for x in line.removeprefix("held-out reward ").split(" -> "))
+    assert 0 <= start <= 1 and 0 <= end <= 1
+    assert not list(tmp_path.iterdir())  # everything went to the temporary directory
+
+
 # ------------------------------------------------------------------ item 8: exit-code contract
 def test_an_internal_error_is_one_line_with_a_hint_to_debug(capsys, monkeypatch):
     from sat_theory import cli
@@ -391,19 +407,21 @@ def test_a_non_utf8_prompts_file_is_one_input_error_line(tmp_path, capsys, monke
 # ------------------------------------------------------------------ item 1: layering
 LAYERS_SCRIPT = """
 import sys
-import sat_theory, sat_theory.runner, sat_theory.commands.train, sat_theory.cli
-assert not [m for m in sys.modules if m.split(".")[0] == "sat_llm"], "sat_theory imported sat_llm"
-for m in [m for m in sys.modules if m.startswith("sat_theory.commands")]:
-    del sys.modules[m]
-import sat_llm.train
-assert "sat_theory.commands.train" not in sys.modules, "sat_llm.train imports the tabular CLI"
-assert sat_theory.runner.load_backend("llm").__module__ == "sat_llm.train"
+import sat_theory, sat_theory.runner, sat_theory.backends, sat_theory.tabular_team
+assert not [m for m in sys.modules if m.split(".")[0] == "sat_llm"], "the core imported sat_llm"
+assert "llm" not in sat_theory.backends.BACKENDS  # the core does not name sat_llm
+import sat_llm.backend, sat_llm.trainer
+deferred = ("sat_theory.commands", "sat_theory.commands._io")  # JSON helpers (test_layering)
+assert not [m for m in sys.modules if m.startswith("sat_theory.commands") and m not in deferred]
+assert sat_theory.runner.load_backend("llm").__module__ == "sat_llm.backend"
+import sat_theory.commands.train  # the command line registers it too
+assert sat_theory.backends.BACKENDS["llm"] == "sat_llm.backend:LLMBackend"
 """
 
 
 def test_backends_come_from_the_registry_without_an_import_circle():
-    """``sat_theory`` never imports ``sat_llm``; the LLM backend is found through
-    ``runner.BACKENDS`` and does not import ``sat train``'s module (the old circle)."""
+    """The core never imports ``sat_llm`` (nor the command line); the LLM backend registers
+    itself in ``sat_theory.backends`` (tests/test_layering.py checks every module's imports)."""
     pytest.importorskip("torch")
     r = subprocess.run([sys.executable, "-c", LAYERS_SCRIPT], cwd=ROOT, capture_output=True,
                        text=True, timeout=600)

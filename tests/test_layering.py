@@ -1,0 +1,249 @@
+"""The packages' layering, from an import analysis of every module of ``sat_theory`` and
+``sat_llm``: module-level imports, imports inside functions, and string references to
+modules (``"pkg.module:attr"`` registry entries, ``importlib``/``__import__`` names).
+
+Layers, bottom to top: the core (``sat_theory`` but its CLI), the LLM package (``sat_llm``
+but its CLI), the command line (``sat_theory.cli``, ``sat_theory.commands.*``, the modules
+``sat`` names as commands, ``sat_llm.cli_args``); ``experiments`` is outside the packages.
+Rules: no import cycle inside the packages; the core never reaches ``sat_llm``; nothing below
+the command line reaches it; no package module reaches ``experiments``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("sat_theory", "sat_llm")
+
+#: known backward edges whose fix is deferred to another issue (each must still exist, so
+#: the list shrinks as they are fixed): the JSON/IO helpers of ``sat_theory/commands/_io.py``
+#: (moving them out of ``commands/`` is owned by another engineer) and ``sat figures`` /
+#: ``sat bench`` importing the studies of ``experiments/`` (a studies registry is not built
+#: yet); ``sat_theory.verify.pipeline`` importing a helper of the CLI (another engineer's)
+DEFERRED = {
+    ("sat_theory.metrics", "sat_theory.commands._io"),
+    ("sat_theory.runner", "sat_theory.commands._io"),
+    ("sat_llm.data", "sat_theory.commands._io"),
+    ("sat_theory.verify.pipeline", "sat_theory.cli"),
+    ("sat_theory.commands.figures", "experiments"),
+    ("sat_theory.commands.bench", "experiments"),
+}
+
+#: known cycles whose fix needs files of other engineers (each must still be found):
+#: ``sat_theory.algorithm.train``, kept as a lazy alias of ``sat_theory.runner.train`` until
+#: ``sat_theory/__init__.py``, ``sat_theory/verify/naive_reuse.py`` and
+#: ``experiments/runs.py`` import it from the runner (the rest of this component follows
+#: from it: the registry names the tabular backend, whose module builds a TrainConfig);
+#: the ``verify`` package's ``__init__`` importing its checks, which import the package, and
+#: ``sat verify``/``bench``/``figures`` importing helpers from ``sat_theory.cli`` that names
+#: them; ``sat_llm.tasks`` naming ``sat_llm.team_tasks``, which subclasses its Task
+DEFERRED_CYCLES = [
+    {"sat_theory.algorithm", "sat_theory.runner", "sat_theory.backends",
+     "sat_theory.tabular_team"},
+    {"sat_theory.cli", "sat_theory.commands.bench", "sat_theory.commands.figures",
+     "sat_theory.commands.verify", "sat_theory.verify", "sat_theory.verify.*"},
+    {"sat_llm.tasks", "sat_llm.team_tasks"},
+]
+
+_REF = re.compile(r"^([A-Za-z_][\w.]*)(?::[A-Za-z_]\w*)?$")
+
+
+def modules_of(root: Path, packages) -> dict[str, Path]:
+    """``{dotted module name: file}`` of every module of ``packages`` under ``root``."""
+    out = {}
+    for pkg in packages:
+        for f in sorted((root / pkg).rglob("*.py")):
+            parts = list(f.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = f
+    return out
+
+
+def _resolve(name: str, known, top: str) -> str | None:
+    """The module ``name`` refers to: itself, else its longest known prefix; names of
+    other top-level packages (``experiments``) are kept as their first component."""
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        cand = ".".join(parts[:i])
+        if cand in known:
+            return cand
+    return parts[0] if parts[0] == top else None
+
+
+def imports_of(module: str, path: Path, known, outside: str = "experiments") -> set[str]:
+    """Modules ``module`` reaches: every ``import``/``from`` anywhere in the file (also
+    inside functions), every string constant naming a module (``"a.b"``, ``"a.b:attr"``) and,
+    as an edge to ``outside``, every ``sys.path`` edit (modules found outside the packages)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_pkg = path.name == "__init__.py"
+    here = module.split(".") if is_pkg else module.split(".")[:-1]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = here[: len(here) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            names = [f"{base}.{a.name}" for a in node.names] + [base]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            m = _REF.match(node.value)
+            if m and "." in m.group(1) or (m and ":" in node.value):
+                names = [m.group(1)]
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("insert", "append")
+                and ast.unparse(node.func.value) == "sys.path"):
+            out.add(outside)  # imports from outside the packages by editing sys.path
+        for n in names:
+            r = _resolve(n, known, outside)
+            if r is not None and r != module:
+                out.add(r)
+    return out
+
+
+def import_graph(root: Path, packages=PACKAGES) -> dict[str, set[str]]:
+    known = modules_of(root, packages)
+    return {m: imports_of(m, f, known) for m, f in known.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def cli_modules(graph, cli_module="sat_theory.cli") -> set[str]:
+    """The command line: the CLI module, ``*.commands.*``, ``*.cli_args`` and the modules the
+    CLI names as commands (the ``COMMANDS`` table's strings)."""
+    out = {m for m in graph if m == cli_module or ".commands" in m or m.endswith(".cli_args")}
+    return out | {m for m in graph.get(cli_module, ()) if m in graph and m.split(".")[0] != "experiments"
+                  and m != cli_module and _is_command(m)}
+
+
+def _is_command(module: str) -> bool:
+    from sat_theory.cli import COMMANDS
+
+    return module in {mod for mod, _ in COMMANDS.values()}
+
+
+def backward_edges(graph, cli: set[str], core_pkg="sat_theory", llm_pkg="sat_llm",
+                   outside="experiments") -> set[tuple[str, str]]:
+    """Edges that go down-to-up: core → LLM package, below-CLI → CLI, package → outside."""
+    bad = set()
+    for a, targets in graph.items():
+        for b in targets:
+            if b.split(".")[0] == outside:
+                bad.add((a, outside))
+            elif a not in cli and b in cli:
+                bad.add((a, b))
+            elif a not in cli and a.split(".")[0] == core_pkg and b.split(".")[0] == llm_pkg:
+                bad.add((a, b))
+    return bad
+
+
+def _covered(cycle: list[str], allowed: set[str]) -> bool:
+    return all(m in allowed or any(a.endswith(".*") and m.startswith(a[:-1]) for a in allowed)
+               for m in cycle)
+
+
+def test_no_import_cycle_inside_the_packages_but_the_listed_deferred_ones():
+    found = cycles(import_graph(ROOT))
+    assert [c for c in found if not any(_covered(c, d) for d in DEFERRED_CYCLES)] == []
+    for d in DEFERRED_CYCLES:
+        assert any(_covered(c, d) for c in found), f"a deferred cycle is gone: remove {d}"
+
+
+def test_the_command_line_cycle_of_issue_24_is_gone():
+    """``sat_llm.cli_args → sat_theory.cli → config_file → commands.train → cli_args``: the
+    settings helpers live in ``config_file``, which imports no command."""
+    graph = import_graph(ROOT)
+    for c in cycles(graph):
+        assert not {"sat_llm.cli_args", "sat_theory.config_file", "sat_theory.commands.train"} & set(c)
+    assert graph["sat_theory.config_file"] <= {"sat_theory.errors"}
+
+
+def test_no_backward_import_but_the_listed_deferred_ones():
+    graph = import_graph(ROOT)
+    bad = backward_edges(graph, cli_modules(graph))
+    assert bad - DEFERRED == set()
+    assert DEFERRED - bad == set(), "a deferred edge is gone: remove it from DEFERRED"
+
+
+def test_the_core_and_sat_llm_find_each_other_only_through_the_registry():
+    graph = import_graph(ROOT)
+    assert "sat_theory.backends" in graph["sat_theory.runner"]
+    assert "sat_llm.backend" in graph["sat_theory.commands.train"]  # registered by the CLI
+    assert not any(m.startswith("sat_llm") for m in graph["sat_theory.backends"])
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        p = root / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+
+
+def test_the_analysis_finds_cycles_through_function_imports_and_string_references(tmp_path):
+    """The analysis itself: a synthetic package with the kinds of cycle and backward edge
+    this repository had (``algorithm ↔ runner`` through an import inside a function, a
+    registry string naming a CLI module, the core naming the LLM package)."""
+    _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/algorithm.py": "def train():\n    from .runner import Runner\n",
+        "pkg/runner.py": "from .algorithm import train\nB = {'t': 'pkg.commands.train:Backend'}\n",
+        "pkg/commands/__init__.py": "",
+        "pkg/commands/train.py": "import pkg.runner\n",
+        "pkg/core.py": "import importlib\nM = importlib.import_module('llmpkg.team')\n",
+        "llmpkg/__init__.py": "",
+        "llmpkg/team.py": "from pkg import core\n",
+        "pkg/ok.py": "from . import algorithm\n",
+        "pkg/studies.py": "import sys\nsys.path.insert(0, '..')\n",
+    })
+    graph = import_graph(tmp_path, ("pkg", "llmpkg"))
+    found = cycles(graph)
+    assert ["pkg.algorithm", "pkg.commands.train", "pkg.runner"] in found
+    assert ["llmpkg.team", "pkg.core"] in found
+    cli = {m for m in graph if ".commands" in m}
+    bad = backward_edges(graph, cli, core_pkg="pkg", llm_pkg="llmpkg")
+    assert ("pkg.runner", "pkg.commands.train") in bad and ("pkg.core", "llmpkg.team") in bad
+    assert ("pkg.studies", "experiments") in bad
+    assert not any(a == "pkg.ok" for a, _ in bad)
+    # and a clean package passes
+    clean = import_graph(tmp_path, ("llmpkg",))
+    assert cycles(clean) == []
