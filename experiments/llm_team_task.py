@@ -318,15 +318,16 @@ def study_config(**kw):
 
 
 def run_study(method: str, n: int, seed: int, out: Path, resume: bool, budget: int,
-              lr: float | None = None) -> Path:
+              lr: float | None = None, **settings) -> Path:
     """One run of the study into ``out/n{n}/{method}_s{seed}`` through ``sat train``
     (:func:`experiments.llm_team_learning.run_ours`: resumable, ``study.json``), with drift
-    logging for our methods."""
+    logging for our methods; ``settings``: :func:`study_config` fields (e.g. a tiny model
+    in the smoke test)."""
     from dataclasses import replace
 
     from experiments.llm_team_learning import run_ours
 
-    cfg = study_config()
+    cfg = study_config(**settings)
     if lr is not None:
         cfg = replace(cfg, lr=lr)
     episodes = cfg.prompts * cfg.group_size

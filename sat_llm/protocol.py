@@ -127,15 +127,15 @@ def has_views(task) -> bool:
 
 def problem_views(task, problem, n_agents: int) -> tuple[str, list | None]:
     """``(shared prompt, private parts per agent or None)`` of ``problem``: the task's
-    :meth:`views` for a task with views, else ``(problem.prompt, None)`` (every agent sees
-    the whole prompt, nothing private)."""
+    :meth:`views` for a task with views (an agent's part may be ``None``: nothing private),
+    else ``(problem.prompt, None)`` (every agent sees the whole prompt, nothing private)."""
     if not has_views(task):
         return problem.prompt, None
     shared, private = task.views(problem, n_agents)
     if len(private) != n_agents:
         raise InputError(f"task {getattr(task, 'name', task)!r} gave {len(private)} private "
                          f"views for {n_agents} agents")
-    return shared, [str(v) for v in private]
+    return shared, [None if v is None else str(v) for v in private]
 
 
 def protocol_for(task, n_agents: int, **kw) -> Protocol:

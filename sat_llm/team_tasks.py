@@ -62,12 +62,11 @@ def team_views(x: int, op: str, y: int, n: int) -> tuple[str, list[str]]:
                 [f"You are agent 1. Your number is {y}. Tell agent 2 your number.",
                  f"You are agent 2. Compute {x} {op} y, where y is agent 1's number above. "
                  f"{ANSWER_HINT}"])
-    return ("Three agents compute a number together.",
-            [f"You are agent 1. Your number is {x}. Tell the others your number.",
-             f"You are agent 2. Your number is {y}. Tell agent 3 agent 1's number and your "
-             "number.",
-             f"You are agent 3. Compute a {op} b, where a is agent 1's number and b is agent "
-             f"2's number. {ANSWER_HINT}"])
+    return ("Three agents compute a product, sum or difference together.",
+            [f"You are agent 1. Your number is {x}. Tell agent 2 your number.",
+             f"You are agent 2. Your number is {y}. Write agent 1's number and your number.",
+             f"You are agent 3. Compute a {op} b, where a and b are the two numbers above. "
+             f"{ANSWER_HINT}"])
 
 
 class RelayTask(ArithmeticTask):
@@ -107,15 +106,15 @@ class RelayTask(ArithmeticTask):
 
     def views(self, problem: Problem, n_agents: int) -> tuple[str, list[str]]:
         """``(shared task message, [private part of agent j])`` (:mod:`sat_llm.protocol`).
-        A single agent sees ``Compute x op y.`` (every part: the arithmetic task's prompt) or,
-        with ``only = k``, the facts of part ``k`` alone."""
+        A single agent sees ``Compute x op y.`` (every part: exactly the arithmetic task's
+        prompt, nothing private) or, with ``only = k``, the facts of part ``k`` alone."""
         self.check_team(n_agents)
         m = problem.meta
         x, op, y = m["x"], m["op"], m["y"]
         if n_agents > 1:
             return team_views(x, op, y, n_agents)
-        if not self.only:
-            return "Compute a number.", [f"Compute {x} {op} {y}. {ANSWER_HINT}"]
+        if not self.only:  # nothing is private: the arithmetic task's prompt
+            return f"Compute {x} {op} {y}. {ANSWER_HINT}", [None]
         fact = split_facts(x, op, y, self.n_parts(n_agents))[self.only - 1]
         return ("Compute x op y, where op is +, - or *.",
                 [f"You know only this part of the problem: {fact}. {ANSWER_HINT}"])

@@ -139,3 +139,26 @@ def test_drift_records_survive_kill_and_resume(tmp_path, monkeypatch, method):
     assert all("stale_frac" in r for r in steps)
     assert any(r["drift_kl"][0] for r in steps if r["agent"] > 0)  # agent 0 did move
     assert full == records(tmp_path / "killed")
+
+
+def test_study_run_smoke(tmp_path, monkeypatch):
+    """One relay study run end to end (tiny model, one budget unit): sat train with the
+    method's flags, the common evaluation schedule, drift fields, study.json, the report."""
+    import json
+
+    from experiments.llm_team_task import report, run_study
+
+    # run_study installs drift logging into sat_llm.team: undone after the test
+    monkeypatch.setattr(team_mod, "LLMTeam", team_mod.LLMTeam)
+    tiny = dict(model="tiny-random", n_train=8, n_eval=2, prompts=2, group_size=2,
+                max_new_tokens=3)
+    for m in ("naive", "sat"):
+        run_study(m, 2, 0, tmp_path, False, 1, **tiny)
+    d = tmp_path / "n2" / "naive_s0"
+    assert json.loads((d / "study.json").read_text())["finished"]
+    assert sorted(f.name for f in d.glob("eval_*.jsonl")) == ["eval_0.jsonl", "eval_2.jsonl"]
+    steps = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert all("stale_frac" in r for r in steps if r["kind"] == "step")
+    rows = report(tmp_path)["rows"]
+    assert {r["method"] for r in rows} == {"naive", "sat"}
+    assert "sat_minus_lenient" in next(r for r in rows if r["method"] == "naive")

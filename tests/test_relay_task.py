@@ -40,7 +40,9 @@ def test_one_view_agent_sees_one_part_and_full_view_everything(parts, only):
     assert {problem_views(one, p, 1)[0] for p in one.problems("train", 40)} == {shared}
     full = RelayTask()
     shared, (view,) = problem_views(full, full.user_problem("7 * 8"), 1)
-    assert _facts_seen(shared + view, x, op, y) == {"x", "op", "y"}
+    assert view is None and _facts_seen(shared, x, op, y) == {"x", "op", "y"}
+    # exactly the arithmetic task's prompt of the same problem
+    assert shared == make_task("arithmetic").user_problem("Compute 7 * 8.").prompt
 
 
 @pytest.mark.parametrize("n", [2, 3])
