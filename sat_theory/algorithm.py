@@ -413,6 +413,20 @@ class RunState:
 
 
 @dataclass
+class _Update:
+    """One agent's trust-region update (:meth:`_Stage._trust_region_update`)."""
+
+    beta: float
+    scale: float = 1.0
+    backtracks: int = 0
+    rejected: bool = False
+    out_of_region: bool = False
+    upd: dict = field(default_factory=dict)
+    klr: dict = field(default_factory=dict)
+    kl: float = 0.0
+
+
+@dataclass
 class _StepResult:
     agent: int
     record: dict
@@ -471,6 +485,20 @@ class _Stage:
         else:
             self.adv, self.adv_stats = _advantage_stats(self.batch, cfg)
 
+    def resume_from(self, position: dict) -> tuple:
+        """Continue from ``run_stage``'s resume point ``position``: the stage-start
+        snapshots, the batch in use and its weights' log-ratios, the adaptive-δ reference;
+        returns ``(J_before, completed steps, order, their records)``."""
+        self.start = list(position["start"])
+        self.J_last = None if position["J_last"] is None else float(position["J_last"])
+        if position["batch"] is not None:
+            self.batch = position["batch"]
+            self.adv, self.adv_stats = ((None, {}) if self.batch.exact
+                                        else _advantage_stats(self.batch, self.cfg))
+            self.updated = dict(position["updated"])
+        J_before = None if position["J_before"] is None else float(position["J_before"])
+        return J_before, int(position["step"]), list(position["order"]), list(position["steps"])
+
     def needs_fresh(self, i: int) -> bool:
         occ = self.cfg.occupancy
         if self.batch is None or occ == "intermediate":
@@ -481,109 +509,130 @@ class _Stage:
 
     # -------------------------------------------------------------- one agent step
     def step(self, i: int, j: int) -> _StepResult:
-        team, cfg, batch = self.team, self.cfg, self.batch
-        gamma = float(team.gamma)
-        delta_i = self.state.delta[j]
+        """Step ``i`` of the stage, for agent ``j``: weights, the trust-region update, the
+        surrogate estimate, the record (module docstring, items 2–3)."""
+        team, batch = self.team, self.batch
         ref = team.snapshot(j)
-        extra: dict = {}
-        correction = "none"
-        adv = None
-        weights = None
-        if batch.exact:
-            if self.updated:
-                if cfg.occupancy == "stale+IS":
-                    correction = "trajectory"
-                elif cfg.correction == "happo":
-                    correction = "step"
-        else:
-            ta = batch.arrays(j)
-            adv = self.adv[ta.episode]
-            if self.updated and cfg.occupancy == "stale+IS":
-                logw = trajectory_log_weights(batch.n_episodes, [u[0] for u in self.updated.values()],
-                                              [u[2] for u in self.updated.values()])
-                w_ep = np.exp(logw)
-                extra["ess"] = ess_fraction(w_ep)
-                wn = w_ep / max(w_ep.mean(), 1e-300)  # self-normalized weights
-                extra["w_max"] = float(wn.max())
-                extra["w_p95"], extra["w_p99"] = (float(q) for q in np.quantile(wn, [0.95, 0.99]))
-                weights = w_ep[ta.episode]
-            elif self.updated and cfg.correction == "happo":
-                logm = happo_log_factors(ta.episode, ta.t, [u[0] for u in self.updated.values()],
-                                         [u[1] for u in self.updated.values()],
-                                         [u[2] for u in self.updated.values()])
-                weights = np.exp(logm)
-                extra["m_factor_mean"] = float(weights.mean()) if weights.size else 1.0
-            if weights is not None:
-                adv = adv * weights
+        adv, weights, correction, extra = self._step_weights(j)
         if isinstance(team, Versioned):  # LLM teams: stale/unsynced adapters
             team.check_batch(j, batch, ref, expected=self.expected_versions)
-        beta = self.state.beta[j]
-        scale = 1.0
-        backtracks = 0
-        rejected = out_of_region = False
-        upd: dict = {}
-        while True:
-            upd = team.update(j, batch, adv, beta, ref, step_scale=scale, correction=correction)
-            klr = team.kl(j, batch, ref)
-            kl = float(klr["kl"])
-            if cfg.trust_region == "none" or kl <= delta_i:
-                break
-            if backtracks >= cfg.max_backtracks:
-                out_of_region = True
-                break
-            team.restore(j, ref)
-            backtracks += 1
-            beta = min(beta * cfg.beta_growth, cfg.beta_max)
-            scale *= cfg.step_shrink
-        if out_of_region and cfg.on_violation == "reject":
-            team.restore(j, ref)
-            rejected = True
-            klr = team.kl(j, batch, ref)
-            kl = float(klr["kl"])
-        if cfg.trust_region != "none" and not out_of_region and kl < delta_i / 4:
-            beta = max(beta / cfg.beta_growth, cfg.beta_min)
-        # surrogate estimate (reward units)
-        logp = None
+        u = self._trust_region_update(j, adv, ref, correction)
+        L_hat, logp = self._surrogate(j, u, weights, extra)
+        rec = self._step_record(i, j, u, L_hat, correction, extra)
+        rec["_ref"] = ref  # popped in commit(): the pre-step snapshot for the exact terms
+        return _StepResult(j, rec, team.snapshot(j), u.beta, logp)
+
+    def _step_weights(self, j: int) -> tuple:
+        """``(advantages, weights, correction, extra)`` of agent ``j``'s turns: the episode
+        advantages times the importance weights of the agents updated since the batch was
+        drawn — trajectory weights ``w(τ)`` (stale+IS, with ESS/B and the self-normalized
+        weights' max and quantiles in ``extra``) or HAPPO's ``M`` — and, for exact batches,
+        the backend's correction (``trajectory`` / ``step``) instead."""
+        cfg, batch = self.cfg, self.batch
+        extra: dict = {}
         if batch.exact:
-            L_hat = float(klr["surrogate"])
-            n_ep = None
-        else:
-            logp = np.asarray(klr["logp"], dtype=np.float64)
-            ta = batch.arrays(j)
-            L_hat = sampled_surrogate(gamma, ta.t, logp, ta.logp, ta.reward_to_go,
-                                      batch.n_episodes, weights=weights)
-            n_ep = batch.n_episodes
-            lr = logp - ta.logp
-            extra["ratio_clip_frac"] = upd.get(
-                "ratio_clip_frac",
-                float(np.mean(np.abs(np.expm1(lr)) > cfg.eps_w)) if lr.size else 0.0)
-            # Lemma E.6: ratio-clipping bias ≤ A_clip · sqrt(2 KL)
-            extra["zeta_ratio"] = (cfg.A_clip if cfg.A_clip is not None else 1.0) * math.sqrt(2 * max(kl, 0.0))
-            extra["ratio_mean_abs_dev"] = float(np.mean(np.abs(np.expm1(lr)))) if lr.size else 0.0
+            correction = "none"
+            if self.updated and cfg.occupancy == "stale+IS":
+                correction = "trajectory"
+            elif self.updated and cfg.correction == "happo":
+                correction = "step"
+            return None, None, correction, extra
+        ta = batch.arrays(j)
+        adv, weights = self.adv[ta.episode], None
+        done = list(self.updated.values())  # (episode idx, t, log-ratio) per updated agent
+        if done and cfg.occupancy == "stale+IS":
+            w_ep = np.exp(trajectory_log_weights(batch.n_episodes, [u[0] for u in done],
+                                                 [u[2] for u in done]))
+            extra["ess"] = ess_fraction(w_ep)
+            wn = w_ep / max(w_ep.mean(), 1e-300)  # self-normalized weights
+            extra["w_max"] = float(wn.max())
+            extra["w_p95"], extra["w_p99"] = (float(q) for q in np.quantile(wn, [0.95, 0.99]))
+            weights = w_ep[ta.episode]
+        elif done and cfg.correction == "happo":
+            weights = np.exp(happo_log_factors(ta.episode, ta.t, [u[0] for u in done],
+                                               [u[1] for u in done], [u[2] for u in done]))
+            extra["m_factor_mean"] = float(weights.mean()) if weights.size else 1.0
+        if weights is not None:
+            adv = adv * weights
+        return adv, weights, "none", extra
+
+    def _trust_region_update(self, j: int, adv, ref, correction: str) -> _Update:
+        """``team.update`` at penalty ``β``, then ``δ̂ = team.kl``; while ``δ̂ > δ_j``:
+        restore, ``β ← min(β·beta_growth, beta_max)``, step ``× step_shrink`` (at most
+        ``max_backtracks`` times; then out of region: rejected or flagged). After a step well
+        inside (``δ̂ < δ_j/4``) ``β`` relaxes (``÷ beta_growth``, at least ``beta_min``)."""
+        team, cfg, batch = self.team, self.cfg, self.batch
+        delta_i = self.state.delta[j]
+        u = _Update(beta=self.state.beta[j])
+        while True:
+            u.upd = team.update(j, batch, adv, u.beta, ref, step_scale=u.scale,
+                                correction=correction)
+            u.klr = team.kl(j, batch, ref)
+            u.kl = float(u.klr["kl"])
+            if cfg.trust_region == "none" or u.kl <= delta_i:
+                break
+            if u.backtracks >= cfg.max_backtracks:
+                u.out_of_region = True
+                break
+            team.restore(j, ref)
+            u.backtracks += 1
+            u.beta = min(u.beta * cfg.beta_growth, cfg.beta_max)
+            u.scale *= cfg.step_shrink
+        if u.out_of_region and cfg.on_violation == "reject":
+            team.restore(j, ref)
+            u.rejected = True
+            u.klr = team.kl(j, batch, ref)
+            u.kl = float(u.klr["kl"])
+        if cfg.trust_region != "none" and not u.out_of_region and u.kl < delta_i / 4:
+            u.beta = max(u.beta / cfg.beta_growth, cfg.beta_min)
+        return u
+
+    def _surrogate(self, j: int, u: _Update, weights, extra: dict) -> tuple:
+        """``(L̂, logp)``: the exact surrogate of an exact batch, else :func:`sampled_surrogate`
+        of the agent's current log-probs ``logp``; in ``extra`` the ratio-clip fraction and
+        ``ζ_ratio = A_clip √(2 δ̂)`` (Lemma E.6: the ratio-clipping bias)."""
+        cfg, batch = self.cfg, self.batch
+        if batch.exact:
+            return float(u.klr["surrogate"]), None
+        logp = np.asarray(u.klr["logp"], dtype=np.float64)
+        ta = batch.arrays(j)
+        L_hat = sampled_surrogate(float(self.team.gamma), ta.t, logp, ta.logp, ta.reward_to_go,
+                                  batch.n_episodes, weights=weights)
+        lr = logp - ta.logp
+        extra["ratio_clip_frac"] = u.upd.get(
+            "ratio_clip_frac", float(np.mean(np.abs(np.expm1(lr)) > cfg.eps_w)) if lr.size else 0.0)
+        extra["zeta_ratio"] = (cfg.A_clip if cfg.A_clip is not None else 1.0) * math.sqrt(
+            2 * max(u.kl, 0.0))
+        return L_hat, logp
+
+    def _step_record(self, i: int, j: int, u: _Update, L_hat: float, correction: str,
+                     extra: dict) -> dict:
+        """The ``"step"`` record (:mod:`sat_theory.metrics`); exact terms are added in
+        :meth:`commit`, backend fields here (:class:`~sat_theory.team.ReportsMetrics`)."""
+        batch, gamma, st = self.batch, float(self.team.gamma), self.adv_stats
         zeta_trunc = float(batch.extra.get("truncation_bias", 0.0)) if not batch.exact else 0.0
         rec = dict(
             kind="step", stage=self.stage, step=i + 1, agent=j, rollout_id=batch.rollout_id,
-            beta=beta, delta_i=delta_i, kl=kl, kl_max=float(klr.get("kl_max", float("nan"))),
-            surrogate=L_hat, backtracks=backtracks, rejected=rejected,
-            out_of_region=bool(out_of_region and not rejected), step_scale=scale,
-            correction=correction, n_episodes=n_ep,
-            reward_mean=self.adv_stats.get("reward_mean"),
-            adv_clip_frac=self.adv_stats.get("adv_clip_frac"),
-            ratio_clip_frac=extra.get("ratio_clip_frac", upd.get("ratio_clip_frac")),
-            zeta_norm=self.adv_stats.get("zeta_norm"), zeta_clip=self.adv_stats.get("zeta_clip"),
+            beta=u.beta, delta_i=self.state.delta[j], kl=u.kl,
+            kl_max=float(u.klr.get("kl_max", float("nan"))),
+            surrogate=L_hat, backtracks=u.backtracks, rejected=u.rejected,
+            out_of_region=bool(u.out_of_region and not u.rejected), step_scale=u.scale,
+            correction=correction, n_episodes=None if batch.exact else batch.n_episodes,
+            reward_mean=st.get("reward_mean"), adv_clip_frac=st.get("adv_clip_frac"),
+            ratio_clip_frac=extra.get("ratio_clip_frac", u.upd.get("ratio_clip_frac")),
+            zeta_norm=st.get("zeta_norm"), zeta_clip=st.get("zeta_clip"),
             zeta_ratio=extra.get("zeta_ratio"), zeta_trunc=zeta_trunc,
             # L̂ is unbiased but for the horizon truncation (module docstring)
             zeta=zeta_trunc * (1 - gamma) if gamma < 1 else 0.0,
-            ess=extra.get("ess", upd.get("ess")), w_max=extra.get("w_max"),
+            ess=extra.get("ess", u.upd.get("ess")), w_max=extra.get("w_max"),
             w_p95=extra.get("w_p95"), w_p99=extra.get("w_p99"),
             m_factor_mean=extra.get("m_factor_mean"),
         )
         for k in ("L_seq", "L_stale", "delta", "delta_max", "tv", "A_max", "f_inf", "true_gain"):
             rec[k] = None
-        if isinstance(team, ReportsMetrics):  # backend fields (e.g. LLM tokens, loss)
-            rec.update(team.step_metrics(j, batch, upd, klr))
-        rec["_ref"] = ref  # popped in commit(): the pre-step snapshot for the exact terms
-        return _StepResult(j, rec, team.snapshot(j), beta, logp)
+        if isinstance(self.team, ReportsMetrics):  # backend fields (e.g. LLM tokens, loss)
+            rec.update(self.team.step_metrics(j, batch, u.upd, u.klr))
+        return rec
 
     def commit(self, res: _StepResult):
         """Bookkeeping after the kept step of agent ``res.agent``."""
@@ -659,15 +708,7 @@ def run_stage(team: Team, cfg: TrainConfig, state: RunState, *,
         first, steps = 0, []
         st.J_last = J_before
     else:
-        J_before = None if resume["J_before"] is None else float(resume["J_before"])
-        first, order, steps = int(resume["step"]), list(resume["order"]), list(resume["steps"])
-        st.start = list(resume["start"])
-        st.J_last = None if resume["J_last"] is None else float(resume["J_last"])
-        if resume["batch"] is not None:
-            st.batch = resume["batch"]
-            st.adv, st.adv_stats = ((None, {}) if st.batch.exact
-                                    else _advantage_stats(st.batch, cfg))
-            st.updated = dict(resume["updated"])
+        J_before, first, order, steps = st.resume_from(resume)
     done: list[int] = list(order[:first])
     for i in range(first, n):
         if st.needs_fresh(i):
@@ -712,58 +753,22 @@ def _greedy_step(st: _Stage, i: int, remaining: list[int]) -> _StepResult:
 
 def _stage_record(st: _Stage, order: list[int], steps: list[dict], J_before: float | None,
                   evaluate_after: bool = True) -> dict:
+    """The ``"stage"`` record (:mod:`sat_theory.metrics`): scores before and after, the
+    stage bound (exact or estimated), the empirical certificates, counts, backend fields."""
     team, cfg = st.team, st.cfg
-    gamma = float(team.gamma)
     J_after = float(team.evaluate()) if evaluate_after else None
     rec: dict = dict(kind="stage", stage=st.stage, order=list(order), method=cfg.method,
                      J_before=J_before, J_after=J_after)
-    exact = team.exact_stage_terms(st.start, order) if isinstance(team, SupportsExactTerms) \
-        else None
     L_hat = [s["surrogate"] for s in steps]
     d_hat = [s["kl"] for s in steps]
     z_hat = [s["zeta"] or 0.0 for s in steps]
-    if exact is not None:
-        rec.update(true_improvement=exact["true_improvement"], lower_bound=exact["lower_bound"],
-                   lower_bound_source="exact", A_max=exact["A_max"], c=exact["c"],
-                   lower_bound_max=exact["lower_bound_max"],
-                   lower_bound_stale=exact["lower_bound_stale"],
-                   lower_bound_fnorm=exact["lower_bound_fnorm"],
-                   lower_bound_tv=exact["lower_bound_tv"], holds=exact["holds"],
-                   violated=exact["violated"])
-        A_max = exact["A_max"]
+    if isinstance(team, SupportsExactTerms):
+        A_max = _exact_bound(rec, team.exact_stage_terms(st.start, order))
     else:
-        A_max = team.advantage_bound if isinstance(team, HasAdvantageBound) else None
-        measured = J_after is not None and J_before is not None
-        rec.update(true_improvement=J_after - J_before if measured else None,
-                   lower_bound_source="estimated",
-                   A_max=A_max, c=penalty_constant(gamma, A_max) if A_max is not None and gamma < 1 else None,
-                   lower_bound=(stage_lower_bound(L_hat, d_hat, z_hat, gamma, A_max)
-                                if A_max is not None and gamma < 1 else None))
-        for k in ("lower_bound_max", "lower_bound_stale", "lower_bound_fnorm", "lower_bound_tv"):
-            rec[k] = None
-        lb = rec["lower_bound"]
-        rec["holds"] = None if lb is None or not math.isfinite(lb) or not measured else bool(
-            rec["true_improvement"] >= lb - 1e-9 * (1 + abs(lb)))
-        rec["violated"] = [] if rec["holds"] in (None, True) else ["lower_bound"]
+        A_max = _estimated_bound(rec, team, L_hat, d_hat, z_hat)
     rec["surrogate_sum"] = float(np.sum(L_hat))
     rec["kl_sum_sqrt"] = float(np.sum(np.sqrt(np.maximum(d_hat, 0.0))))
-    sampled = any(s["n_episodes"] is not None for s in steps)
-    if sampled and A_max is not None and gamma < 1:
-        N = [s["n_episodes"] or 1 for s in steps]
-        A_clip = A_max  # advantages of the certificate's L̂ live in reward units (module doc)
-        rec["empirical_certificate"] = empirical_certificate(
-            L_hat, d_hat, z_hat, N, gamma, A_max, A_clip, cfg.eps_w, cfg.delta_conf)
-        rec["empirical_certificate_sat"] = empirical_certificate_sat(
-            L_hat, d_hat, z_hat, N, gamma, A_max, cfg.delta_conf)
-        rec["lower_bound_estimated"] = stage_lower_bound(L_hat, d_hat, z_hat, gamma, A_max)
-        emp = rec["empirical_certificate"]
-        # coverage of the high-probability certificate (meaningful where the improvement is
-        # exact, i.e. the tabular world)
-        rec["empirical_holds"] = None if emp is None or rec["lower_bound_source"] != "exact" \
-            else bool(rec["true_improvement"] >= emp)
-    else:
-        rec["empirical_certificate"] = rec["empirical_certificate_sat"] = None
-        rec["lower_bound_estimated"] = rec["empirical_holds"] = None
+    _empirical_terms(rec, cfg, steps, L_hat, d_hat, z_hat, float(team.gamma), A_max)
     rec["rejected_steps"] = int(sum(bool(s["rejected"]) for s in steps))
     rec["out_of_region_steps"] = int(sum(bool(s["out_of_region"]) for s in steps))
     rec["rollouts"] = st.state.rollouts
@@ -771,6 +776,62 @@ def _stage_record(st: _Stage, order: list[int], steps: list[dict], J_before: flo
     if isinstance(team, ReportsMetrics):  # backend fields (e.g. LLM eval_accuracy)
         rec.update(team.stage_metrics(rec))
     return rec
+
+
+def _exact_bound(rec: dict, exact: dict) -> float:
+    """The backend's exact stage certificate into ``rec``; returns its ``A_max``."""
+    rec.update(true_improvement=exact["true_improvement"], lower_bound=exact["lower_bound"],
+               lower_bound_source="exact", A_max=exact["A_max"], c=exact["c"],
+               lower_bound_max=exact["lower_bound_max"],
+               lower_bound_stale=exact["lower_bound_stale"],
+               lower_bound_fnorm=exact["lower_bound_fnorm"],
+               lower_bound_tv=exact["lower_bound_tv"], holds=exact["holds"],
+               violated=exact["violated"])
+    return exact["A_max"]
+
+
+def _estimated_bound(rec: dict, team, L_hat, d_hat, z_hat) -> float | None:
+    """THEORY §4's bound ``Σ L̂_i − c Σ √δ̂_i − Σ ζ̂_i/(1−γ)`` from the stage's own estimates
+    with ``A_max = team.advantage_bound`` (``None`` without one or for ``γ ≥ 1``), and
+    whether the measured ``J_after − J_before`` clears it; returns ``A_max``."""
+    gamma = float(team.gamma)
+    A_max = team.advantage_bound if isinstance(team, HasAdvantageBound) else None
+    bounded = A_max is not None and gamma < 1
+    J_before, J_after = rec["J_before"], rec["J_after"]
+    measured = J_after is not None and J_before is not None
+    rec.update(true_improvement=J_after - J_before if measured else None,
+               lower_bound_source="estimated", A_max=A_max,
+               c=penalty_constant(gamma, A_max) if bounded else None,
+               lower_bound=stage_lower_bound(L_hat, d_hat, z_hat, gamma, A_max) if bounded else None)
+    for k in ("lower_bound_max", "lower_bound_stale", "lower_bound_fnorm", "lower_bound_tv"):
+        rec[k] = None
+    lb = rec["lower_bound"]
+    rec["holds"] = None if lb is None or not math.isfinite(lb) or not measured else bool(
+        rec["true_improvement"] >= lb - 1e-9 * (1 + abs(lb)))
+    rec["violated"] = [] if rec["holds"] in (None, True) else ["lower_bound"]
+    return A_max
+
+
+def _empirical_terms(rec: dict, cfg: TrainConfig, steps, L_hat, d_hat, z_hat, gamma: float,
+                     A_max) -> None:
+    """The empirical certificates of sampled stages (THEORY §6; ``None`` otherwise)."""
+    sampled = any(s["n_episodes"] is not None for s in steps)
+    if not (sampled and A_max is not None and gamma < 1):
+        rec["empirical_certificate"] = rec["empirical_certificate_sat"] = None
+        rec["lower_bound_estimated"] = rec["empirical_holds"] = None
+        return
+    N = [s["n_episodes"] or 1 for s in steps]
+    A_clip = A_max  # advantages of the certificate's L̂ live in reward units (module doc)
+    rec["empirical_certificate"] = empirical_certificate(
+        L_hat, d_hat, z_hat, N, gamma, A_max, A_clip, cfg.eps_w, cfg.delta_conf)
+    rec["empirical_certificate_sat"] = empirical_certificate_sat(
+        L_hat, d_hat, z_hat, N, gamma, A_max, cfg.delta_conf)
+    rec["lower_bound_estimated"] = stage_lower_bound(L_hat, d_hat, z_hat, gamma, A_max)
+    emp = rec["empirical_certificate"]
+    # coverage of the high-probability certificate (meaningful where the improvement is
+    # exact, i.e. the tabular world)
+    rec["empirical_holds"] = None if emp is None or rec["lower_bound_source"] != "exact" \
+        else bool(rec["true_improvement"] >= emp)
 
 
 # ------------------------------------------------------------------ plug-and-play
