@@ -188,7 +188,8 @@ def negative_variants(mdp: FactorizedMDP, pol: TeamPolicy, rng, *,
         rho = base["rho0"].copy()
         unbalance(rho)
         out.append(("rho0", base | {"rho0": rho}, pols))
-    j = int(rng.integers(mdp.n_agents))
+    acting = np.flatnonzero(mdp.active.any(axis=0))  # an agent may act nowhere (masked, turn)
+    j = int(acting[int(rng.integers(acting.size))])
     s = int(rng.choice(np.flatnonzero(mdp.active[:, j])))
     f = pols[f"pi_{j}"].copy()
     if f.shape[1] >= 2:
@@ -240,9 +241,10 @@ def input_validation(*, quick: bool = False, seed: int = 0,
                 refusals += refused and cli_ok
             # roundoff-sized negatives are float32 noise: accepted (and clipped to 0)
             tiny = {f"pi_{j}": f.copy() for j, f in enumerate(pol.factors)}
-            s = int(np.flatnonzero(mdp.active[:, 0])[0])
+            act0 = np.flatnonzero(mdp.active[:, 0])
+            s = int(act0[0]) if act0.size else 0
             hi, lo = int(np.argmax(tiny["pi_0"][s])), int(np.argmin(tiny["pi_0"][s]))
-            if hi != lo:
+            if act0.size and hi != lo:
                 tiny["pi_0"][s, hi] += tiny["pi_0"][s, lo] + 0.1 * SUM_TOL
                 tiny["pi_0"][s, lo] = -0.1 * SUM_TOL
                 save_npz_atomic(pp, tiny)
