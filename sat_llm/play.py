@@ -23,7 +23,8 @@ import sys
 
 from sat_theory.errors import InputError
 
-__all__ = ["add_arguments", "run", "read_prompts", "play", "check_context"]
+__all__ = ["add_arguments", "run", "read_prompts", "play", "check_context",
+           "check_problems_fit"]
 
 #: no tokenizer's token is longer than this many characters (the longest tokens of BPE
 #: vocabularies are runs of ~128 spaces or dashes): a longer prompt is refused before it is
@@ -94,25 +95,41 @@ def context_length(team) -> int | None:
 
 
 def check_context(team, prompts: list[tuple[str, object]]) -> None:
-    """Refuse (naming the row, 1-based) a prompt whose first context — the chat template
-    with the system prompt, the prompt in the task's form and the agent's private view —
-    plus ``max_new_tokens`` exceeds the model's context length."""
+    """Refuse (naming the row, 1-based) a typed prompt that does not fit the model's context
+    (:func:`check_problems_fit`), before anything is generated."""
+    ctx = context_length(team)
+    if ctx is None:
+        return
+    for i, (prompt, _) in enumerate(prompts, 1):
+        if len(prompt) > MAX_CHARS_PER_TOKEN * ctx:  # never hand the tokenizer 200 MB
+            raise InputError(f"prompt {i}: {len(prompt)} characters cannot fit the model's "
+                             f"context of {ctx} tokens")
+    problems = [team.task.user_problem(prompt, answer) for prompt, answer in prompts]
+    check_problems_fit(team, problems, [f"prompt {i}" for i in range(1, len(prompts) + 1)])
+
+
+def check_problems_fit(team, problems, labels=None) -> None:
+    """Refuse the first problem whose first context — the chat template with the system
+    prompt, the problem's prompt and the first agent's private view — plus
+    ``max_new_tokens`` exceeds the model's context length (``labels[i]`` names problem i in
+    the error; default its first characters). For typed prompts (:func:`check_context`) and
+    a dataset's rows alike."""
     from .protocol import problem_views
 
     ctx = context_length(team)
     if ctx is None:
         return
     room, proto, tok = team.cfg.max_new_tokens, team.protocol, team.tokenizer(0)
-    for i, (prompt, answer) in enumerate(prompts, 1):
-        if len(prompt) > MAX_CHARS_PER_TOKEN * ctx:
-            raise InputError(f"prompt {i}: {len(prompt)} characters cannot fit the model's "
-                             f"context of {ctx} tokens")
-        problem = team.task.user_problem(prompt, answer)
+    for i, problem in enumerate(problems):
+        label = labels[i] if labels else f"prompt {problem.prompt[:40]!r}"
+        if len(problem.prompt) > MAX_CHARS_PER_TOKEN * ctx:
+            raise InputError(f"{label}: {len(problem.prompt)} characters cannot fit the "
+                             f"model's context of {ctx} tokens")
         shared, private = problem_views(team.task, problem, proto.n_agents)
         n = len(proto.render(tok, shared, [], 0, proto.n_turns == 1,
                              None if private is None else private[0]))
         if n + room > ctx:
-            raise InputError(f"prompt {i}: {n} tokens in the chat template plus max_new_tokens "
+            raise InputError(f"{label}: {n} tokens in the chat template plus max_new_tokens "
                              f"{room} exceed the model's context length of {ctx} tokens")
 
 

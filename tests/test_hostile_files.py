@@ -188,9 +188,12 @@ def test_crafted_checkpoint_counts_are_refused(tmp_path, capsys, change, pattern
     assert (run / "metrics.jsonl").read_text() == metrics  # nothing dropped
 
 
-def test_the_memory_budget_covers_generated_mdps(tmp_path, capsys):
+def test_the_memory_budget_covers_generated_mdps(tmp_path, capsys, monkeypatch):
     """``--env random-turn --states 30000`` (13.4 GiB of transitions) hit MemoryError past
     ``--max-memory``; now it is refused before anything is drawn, on resume too."""
+    from sat_theory import mdp
+
+    monkeypatch.setattr(mdp, "MAX_MEMORY", mdp.MAX_MEMORY)  # --max-memory sets it process-wide
     _refused(capsys, main(["train", "--env", "random-turn", "--agents", "2", "--states",
                            "30000", "--out", str(tmp_path / "big")]), "13.4 GiB")
     assert not (tmp_path / "big").exists()

@@ -341,3 +341,30 @@ def test_team_errors_name_what_sat_team_does(tmp_path, capsys):
     assert main(["train", "--env", "bandit", "--stages", "1", "--out", str(tab), "--quiet"]) == 0
     capsys.readouterr()
     _one_line_error(capsys, main(["team", str(tab), "--prompt", "hi"]), "can be played")
+
+
+def test_dataset_rows_are_checked_against_the_context(trained):
+    """The check ``sat team`` runs on typed prompts also takes a dataset's problems (already
+    in the task's form) and names the offending one."""
+    from sat_llm.export import load_team
+    from sat_llm.play import check_problems_fit
+    from sat_llm.tasks import Problem
+    from sat_theory.errors import InputError
+
+    team, _ = load_team(trained[0])
+    fits = [Problem("Repeat exactly: ab", "ab")]
+    check_problems_fit(team, fits)
+    long = Problem("z" * (2048 - 40), "z")  # the character tokenizer: one token per character
+    with pytest.raises(InputError, match=r"dataset row 7: \d+ tokens .* context length of 2048"):
+        check_problems_fit(team, fits + [long], ["dataset row 3", "dataset row 7"])
+
+
+def test_a_replaced_base_with_custom_code_runs_nothing(trained, tmp_path, capsys):
+    """``sat team EXPORT`` whose ``base/`` was replaced by a folder with ``auto_map``: refused
+    before transformers sees it (it used to ask, and a piped ``y`` ran the module)."""
+    ex = _export_copy(trained, tmp_path)
+    marker = tmp_path / "pwned"
+    (ex / "base" / "evil.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    _edit_json(ex / "base" / "config.json", auto_map={"AutoModelForCausalLM": "evil.Model"})
+    _one_line_error(capsys, main(["team", str(ex), "--prompt", "hi"]), "auto_map")
+    assert not marker.exists()
