@@ -489,7 +489,7 @@ class LLMTeam(EpisodeLoop):
         #: its tokens there (``sat team`` on a terminal)
         self.streamer_for = None
         if cfg.engine == "vllm":
-            from .vllm_engine import VLLMEngine  # lazily: vLLM and a GPU only
+            from .vllm_engine import VLLMEngine  # lazily: only where vLLM is installed
 
             self._engine = VLLMEngine(self)
 
