@@ -818,6 +818,32 @@ def make_task(name: str, prompts: str | None = None, **kw) -> Task:
             return _import_task(name, kw)
         if name in ("dataset", "jsonl"):
             return DatasetTask(prompts, **kw)
+        check_option_types(classes[name], name, kw)
         return classes[name](**kw)
-    except TypeError as e:
+    except (TypeError, ValueError) as e:
         raise InputError(f"bad option for task {name!r}: {e}") from None
+
+
+def check_option_types(cls, name: str, kw: dict) -> None:
+    """Each task option must have the type its constructor declares (``int``, ``float``,
+    ``str``, ``bool``; ``None`` where the annotation allows it; an int where a float is
+    declared): ``--task-option hi=x`` or ``digits=1.5`` is an InputError here, not a string
+    or a float that fails (or silently works) later."""
+    import types
+    import typing
+
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # an annotation that does not evaluate: leave the check to the class
+        return
+    for key, value in kw.items():
+        t = hints.get(key)
+        union = typing.get_origin(t) in (typing.Union, types.UnionType)
+        allowed = tuple(a for a in (typing.get_args(t) if union else (t,)) if isinstance(a, type))
+        if not allowed or value is None and type(None) in allowed:
+            continue
+        ok = isinstance(value, allowed) and (bool in allowed or not isinstance(value, bool))
+        ok = ok or (float in allowed and type(value) is int)
+        if not ok:
+            names = " or ".join("None" if a is type(None) else a.__name__ for a in allowed)
+            raise InputError(f"{key}={value!r} must be {names}")  # make_task names the task

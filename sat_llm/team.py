@@ -558,6 +558,12 @@ class LLMTeam(EpisodeLoop):
         params = self._params(agent, adapter)
         if set(params) != set(weights):
             raise InputError("adapter weights do not match this agent's adapter layout")
+        for k, p in params.items():  # copy_ would broadcast a wrong shape and cast a wrong dtype
+            w = weights[k]
+            if (tuple(w.shape) != tuple(p.shape) or not w.is_floating_point()
+                    or not bool(torch.isfinite(w).all())):
+                raise InputError(f"agent {agent} adapter tensor {k}: {tuple(w.shape)} {w.dtype}; "
+                                 f"needs {tuple(p.shape)} finite floats")
         with torch.no_grad():
             for k, p in params.items():
                 p.copy_(weights[k])

@@ -107,6 +107,18 @@ def test_unknown_task_and_bad_options():
         make_task("jsonl")
 
 
+@pytest.mark.parametrize("option", [dict(hi="x"), dict(digits=1.5), dict(lo=True), dict(ops=3)])
+def test_task_options_of_the_wrong_type_are_refused(option):
+    """``--task-option hi=x`` was accepted (exit 0) and compared as a string later."""
+    with pytest.raises(InputError, match=f"bad option for task 'arithmetic': {next(iter(option))}="):
+        make_task("arithmetic", **option)
+
+
+def test_task_options_of_the_declared_type_pass():
+    t = make_task("arithmetic", lo=1, hi=9, ops="+-")
+    assert (t.lo, t.hi, t.ops) == (1, 9, "+-")
+
+
 def test_user_problems_take_the_training_form():
     """``sat team``: a typed prompt gets the task's answer hint once; a typed answer is read
     as the task scores it; tasks that score against generated data refuse a typed answer."""

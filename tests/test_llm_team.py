@@ -155,3 +155,27 @@ def test_heterogeneous_team_has_separate_bases_and_trains(device):
     team.update(0, batch, adv, 0.1, team.snapshot(0))
     assert _same(before, _weights(team, 1))
     assert team.kl(0, batch, team.snapshot(0))["kl"] == 0
+
+
+@pytest.mark.parametrize("bad", ["broadcast", "int", "nan"])
+def test_a_checkpoint_adapter_tensor_of_the_wrong_shape_dtype_or_value_is_refused(bad):
+    """``load_state_dict`` (``--resume``) copied tensors with ``copy_``, which broadcasts a
+    (1, k) tensor into an (m, k) parameter and casts integers: a tampered checkpoint resumed."""
+    from sat_theory.errors import InputError
+
+    team = make_team(agents=1)
+    state = team.state_dict()
+    name, w = next((k, v) for k, v in state["weights"][0].items() if v.shape[0] > 1)
+    state["weights"][0][name] = {"broadcast": w[:1].clone(), "int": w.to(torch.int64),
+                                 "nan": torch.full_like(w, float("nan"))}[bad]
+    before = _weights(team, 0)
+    with pytest.raises(InputError, match=f"adapter tensor {name}"):
+        team.load_state_dict(state)
+    assert _same(_weights(team, 0), before)  # nothing was half-loaded
+
+
+def test_a_checkpoint_of_the_right_layout_loads():
+    team = make_team(agents=1)
+    state = team.state_dict()
+    team.load_state_dict(state)
+    assert _same(_weights(team, 0), state["weights"][0])

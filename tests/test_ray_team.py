@@ -276,7 +276,9 @@ def test_sat_train_executor_ray_and_resume(cluster, tmp_path, capsys):
     assert main([*args, "--stages", "1", "--executor", "ray", "--out", str(tmp_path / "ray")]) == 0
     conf = json.loads((tmp_path / "ray" / "config.json").read_text())
     assert conf["ray"]["checkpoint_dir"] == str(tmp_path / "ray" / "agents")
-    assert main(["train", "--resume", str(tmp_path / "ray"), "--stages", "2", "--quiet"]) == 0
+    # the task class is read back from config.json: importing it needs the explicit opt-in
+    assert main(["--allow-task-import", "train", "--resume", str(tmp_path / "ray"), "--stages", "2",
+                 "--quiet"]) == 0
     capsys.readouterr()
     serial = _records(tmp_path / "serial" / "metrics.jsonl")
     assert len(serial) == 6
