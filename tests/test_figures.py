@@ -290,3 +290,19 @@ def test_sat_figures_plot_only_redraws_from_the_csvs(tmp_path, capsys):
     assert cli.main(args[:3] + ["fig_certificate_ladder"] + args[4:]) == 0
     assert (out / "fig_certificate_ladder.png").stat().st_size > 0
     assert (out / "timings.json").read_bytes() == timings  # plotting is not a study's run time
+
+
+@pytest.mark.parametrize("foreign", ["notes.txt", "thesis/chapter1.tex"])
+def test_retrain_refuses_a_runs_folder_holding_what_sat_figures_did_not_write(tmp_path, foreign):
+    """``sat figures --retrain`` called ``rmtree(OUT/runs)`` on any ``--out``: a user's files
+    under ``runs/`` were deleted. Now it is one error line, exit 2, and nothing is removed."""
+    doc = tmp_path / "out" / "runs" / foreign
+    doc.parent.mkdir(parents=True)
+    doc.write_text("mine")
+    ours = tmp_path / "out" / "runs" / "main"
+    ours.mkdir()
+    (ours / "spec.json").write_text("{}")
+    rc = cli.main(["figures", "--quick", "--only", "fig_certificate_ladder", "--seeds", "1",
+                   "--out", str(tmp_path / "out"), "--retrain"])
+    assert rc == 2
+    assert doc.read_text() == "mine" and (ours / "spec.json").exists()

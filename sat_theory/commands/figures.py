@@ -127,6 +127,31 @@ def plot_only(names: list[str], out: Path, report: bool) -> int:
     return 0
 
 
+def _is_run_set(folder: Path) -> bool:
+    """A run set ``experiments/runs.py`` wrote: a real folder with its ``spec.json``, or (a
+    set interrupted before ``spec.json``) one holding nothing but run folders."""
+    from ..ownership import kind_of
+
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    if (folder / "spec.json").is_file():
+        return True
+    return all(c.is_dir() and not c.is_symlink() and kind_of(c) == "run" for c in folder.iterdir())
+
+
+def remove_run_sets(runs: Path) -> None:
+    """``--retrain``: delete the cached run sets under ``OUT/runs`` — only when every entry
+    there is one ``sat figures`` wrote (:func:`_is_run_set`); anything else is an InputError
+    and nothing is deleted (``--out`` may be a folder that holds other things)."""
+    entries = sorted(runs.iterdir())
+    foreign = [p.name for p in entries if not _is_run_set(p)]
+    if foreign:
+        raise InputError(f"--retrain: {runs} holds {foreign[0]!r}, which sat figures did not "
+                         "write; nothing was deleted (move it away or choose another --out)")
+    for p in entries:
+        shutil.rmtree(p)
+
+
 def run(args) -> int:
     if args.seeds is not None and args.seeds < 1:
         raise InputError(f"--seeds must be >= 1, got {args.seeds}")
@@ -137,7 +162,7 @@ def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.retrain and (out / "runs").is_dir():
-        shutil.rmtree(out / "runs")
+        remove_run_sets(out / "runs")
     common = import_study("common")
     opts = common.Options(out=out, quick=args.quick, seeds=args.seeds, executor=args.executor,
                           workers=args.workers, ray_address=args.ray_address)
