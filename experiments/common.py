@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,15 +98,6 @@ def write_json(obj, out: Path, name: str) -> Path:
     path = out / f"{name}.json"
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
     return path
-
-
-class Timer:
-    def __enter__(self):
-        self.t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        self.seconds = time.perf_counter() - self.t0
 
 
 # ------------------------------------------------------------------ exact trust-region step

@@ -58,12 +58,6 @@ def _sum(figure: str, paper: str, ours: str, verdict: str) -> None:
     SUMMARY.append({"figure / table": figure, "paper": paper, "ours": ours, "verdict": verdict})
 
 
-def f3(x) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "n/a"
-    return f"{x:.3g}"
-
-
 def md_table(df: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
     cols = list(df.columns)
     lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
@@ -322,10 +316,6 @@ def section_is(out: Path) -> str:
          + ("; milder at the paper's δ" if len(g3) and g3[-1] > P["n3"][-1] else "")
          + ("; E[w²] = ∞ at larger δ" if (df.ess_over_B == 0).any() else ""))
     return "\n".join(s) + "\n"
-
-
-def _by_method(df: pd.DataFrame, col: str, fn="mean") -> dict:
-    return df.groupby("method")[col].agg(fn).to_dict()
 
 
 def section_training(out: Path) -> str:
@@ -883,8 +873,6 @@ def section_llm_learning(out: Path) -> str:
                      "`llm_team_learning/comparisons.csv`):\n")
             s.append((folder / "comparisons.md").read_text())
             for r in c.to_dict("records"):
-                verdict = ("no significant difference" if r['diff_ci_lo'] <= 0 <= r['diff_ci_hi']
-                           else f"{r['a']} {'ahead' if r['diff'] > 0 else 'behind'}")
                 if {r['a'].split("_s")[0], r['b'].split("_s")[0]} == {"single", "trl"}:
                     s.append(f"`{r['a']}` (SAT at n = 1: β-penalised and backtracking — *not* "
                              f"TRL's update) against TRL's GRPOTrainer (`dapo`, β = 0) on seed "

@@ -2,7 +2,7 @@
 tracking, certificate vs improvement, stale gap, ablations).
 
 One *run set* = every (variant, seed) pair of a :class:`RunSet`, each trained with the shared
-algorithm (:func:`sat_theory.algorithm.train`) on the tabular backend and written as a run
+algorithm (:func:`sat_theory.runner.train`) on the tabular backend and written as a run
 directory (``config.json`` + ``metrics.jsonl``) under ``OUT/runs/<name>/<variant>_s<seed>``.
 The figures read only those files (:mod:`sat_theory.plotting`), exactly as ``sat plot`` does
 for any run. A run set is reused when its directory already holds runs of the same
@@ -28,12 +28,15 @@ if __package__ in (None, ""):
 
 import pandas as pd
 
-from sat_theory.algorithm import TrainConfig, train
+from sat_theory.algorithm import TrainConfig
 from sat_theory.envs import random_mdp
+from sat_theory.errors import InputError
 from sat_theory.executor import map_tasks
 from sat_theory.metrics import RunWriter
+from sat_theory.ownership import is_run_set
 from sat_theory.plotting import load_runs
 from sat_theory.policy import TeamPolicy
+from sat_theory.runner import train
 from sat_theory.tabular_team import TabularTeam
 
 METHODS = ("sat", "naive", "joint", "no-tr", "happo")
@@ -99,6 +102,8 @@ def ensure_runs(out: Path, rs: RunSet, *, quiet: bool = False, executor: str = "
             (d / "metrics.jsonl").exists() for d in dirs):
         return dirs
     if root.exists():
+        if not is_run_set(root):  # --out may hold a user's folder of that name
+            raise InputError(f"{root} exists and is not a run set sat figures wrote; move it away")
         shutil.rmtree(root)  # a stale run set of another spec
     root.mkdir(parents=True)
     jobs = [(str(out), rs, v, s) for v in rs.variants for s in range(rs.seeds)]

@@ -136,9 +136,16 @@ class LLMBackend:
             from .ray_team import RayOptions, RayTeam
 
             return RayTeam(llm_cfg, RayOptions(**config["ray"]))
+        from .limits import check_problems_fit
+        from .tasks import DatasetTask
         from .team import LLMTeam
 
-        return LLMTeam(llm_cfg)
+        team = LLMTeam(llm_cfg)
+        if isinstance(team.task, DatasetTask):  # a user's rows: refuse one that cannot fit
+            problems = [*team.train_pool, *team.eval_set]
+            check_problems_fit(team, problems, [f"--dataset {llm_cfg.prompts}: the row with prompt "
+                                                f"{p.prompt[:40]!r}" for p in problems])
+        return team
 
     @staticmethod
     def sampled(config: dict) -> bool:
@@ -167,7 +174,7 @@ class LLMBackend:
 
     @staticmethod
     def report(summary: dict, cfg, out) -> int:
-        print(f"{cfg.method} (llm): {summary['stages']} stages, held-out accuracy "
+        print(f"{cfg.method} (llm): {summary['stages']} stage{'' if summary['stages'] == 1 else 's'}, held-out accuracy "
               f"{summary['J_start']:.4g} -> {summary['J_end']:.4g}, rejected steps "
               f"{summary['rejected_steps']}, rollouts {summary['rollouts']} -> {out}")
         return 0 if all(math.isfinite(summary[k]) for k in ("J_start", "J_end")) else 1

@@ -35,7 +35,10 @@ ALGORITHM_DEFAULTS = dict(delta=0.05, n_groups=8, group_size=4)
 def _devices(text: str) -> str:
     """argparse ``type`` of ``--device``/``--agent-devices``: every comma-separated device must
     exist here (``--device cuda`` without CUDA fails while parsing, before any model loads).
-    Imports torch only when the flag is given."""
+    Imports torch only when the flag is given: ``auto`` is always valid, and resolving it
+    would import torch for every tabular ``sat train`` (the default is parsed too)."""
+    if text.strip().lower() == "auto":
+        return text
     try:
         from .models import resolve_device
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -39,8 +39,8 @@ from sat_theory.progress import bar as progress_bar
 from sat_theory.team import Batch, Episode, Turn
 
 from .kl import sampled_sequence_kl, sequence_kl
-from .loss import RATIOS, clipped_surrogate, ratio_clip_fraction, token_clipped_surrogate
-from .models import DTYPES, memory_peak, place, resolve_device, resolve_dtype
+from .loss import clipped_surrogate, ratio_clip_fraction, token_clipped_surrogate
+from .models import memory_peak, place, resolve_device, resolve_dtype
 from .protocol import Protocol, problem_views, protocol_for
 from .rollout import generate, message_logprobs, score_logits
 from .tasks import Problem, make_task
@@ -1011,7 +1011,3 @@ class LLMTeam(EpisodeLoop):
         self.last_eval = list(d.get("last_eval", []))  # eval_records() of a cached evaluation
         self._ref_cache = None
 
-    def adapter_norms(self) -> list[float]:
-        """``‖θ_j‖`` of each agent's adapter (diagnostics and tests)."""
-        return [math.sqrt(sum(float((w.double() ** 2).sum()) for w in self._get_weights(j).values()))
-                for j in range(self.n_agents)]

@@ -11,7 +11,7 @@ Public API (see docs/theory.md for every definition):
   implementation; :func:`run_stage`, :func:`train`, :class:`TrainConfig` — the shared algorithm
 """
 
-from .algorithm import METHODS, TrainConfig, run_stage, train
+from .algorithm import METHODS, TrainConfig, run_stage
 from .certificates import (
     BOUND_KEYS,
     StageCertificate,
@@ -36,6 +36,7 @@ from .policy import (
     marginal_advantage,
     tv_rows,
 )
+from .runner import train
 from .tabular_team import TabularTeam
 from .team import Batch, Episode, Team, Turn
 

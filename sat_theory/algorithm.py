@@ -80,7 +80,7 @@ from .team import (
 )
 
 __all__ = ["TrainConfig", "METHODS", "ORDERS", "OCCUPANCIES", "TRUST_REGIONS", "RunState",
-           "run_stage", "train", "sampled_surrogate", "stage_lower_bound",
+           "run_stage", "sampled_surrogate", "stage_lower_bound",
            "empirical_certificate", "empirical_certificate_sat", "ess_fraction",
            "choose_order", "trajectory_log_weights", "happo_log_factors"]
 
@@ -865,14 +865,3 @@ def swap_agent(team: Team, cfg: TrainConfig, state: RunState, *, initial: list |
     rec["J_after_swap"] = float(team.evaluate())
     rec["swap_shock"] = rec["J_after_swap"] - J0
     return rec
-
-
-# ------------------------------------------------------------------ train
-def __getattr__(name):
-    """``train`` lives in :mod:`sat_theory.runner` (it is built on the runner, which is
-    built on this module); the old name is kept until its importers move (docs/architecture.md)."""
-    if name == "train":
-        from .runner import train
-
-        return train
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

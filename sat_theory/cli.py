@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import sys
 
+from .config_file import arg_type, with_range  # noqa: F401  (re-exported to the commands)
 from .errors import InputError
 
 #: subcommand -> (module, one-line help)
@@ -75,32 +76,6 @@ def repeated_flags(parser: argparse.ArgumentParser, argv: list[str]) -> str | No
             return f"{flag} is given twice ({seen[action.dest]} and {value}); give it once"
         seen[action.dest] = value
     return None
-
-
-def arg_type(spec: tuple):
-    """An argparse ``type`` for a number in ``spec`` (:func:`sat_theory.errors.range_text`):
-    NaN, infinities, non-integers for integer flags and values out of range are refused
-    while the arguments are parsed, before any work."""
-    from .errors import check_range
-
-    def parse(text: str):
-        try:
-            value = int(text) if spec[0] == "int" else float(text)
-            return check_range("value", value, spec)
-        except (ValueError, InputError):
-            from .errors import range_text
-
-            raise argparse.ArgumentTypeError(f"must be {range_text(spec)}, got {text!r}") from None
-
-    parse.__name__ = spec[0]
-    return parse
-
-
-def with_range(help_: str, spec: tuple) -> str:
-    """``help_`` with the valid range appended (shown by ``--help``)."""
-    from .errors import range_text
-
-    return f"{help_} [{range_text(spec)}]"
 
 
 def _size(text: str) -> int:

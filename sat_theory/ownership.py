@@ -263,3 +263,14 @@ def regular_file(path, what: str = "") -> Path:
                 if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
         raise InputError(f"{what + ' ' if what else ''}{path} is {kind}; give a regular file")
     return p
+
+
+def is_run_set(folder) -> bool:
+    """A run set ``experiments/runs.py`` wrote: a real folder with its ``spec.json``, or (a
+    set interrupted before ``spec.json``) one holding nothing but run folders."""
+    folder = Path(folder)
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    if (folder / "spec.json").is_file():
+        return True
+    return all(c.is_dir() and not c.is_symlink() and kind_of(c) == "run" for c in folder.iterdir())

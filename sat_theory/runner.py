@@ -105,6 +105,7 @@ class RunFolder:
     def __init__(self, path):
         self.path = Path(path)
         self._fd: int | None = None
+        self._new_marker = False  # claim() marked a folder that was not a run
 
     def __enter__(self):
         if self.path.exists() and not self.path.is_dir():
@@ -131,7 +132,9 @@ class RunFolder:
     def __exit__(self, *exc):
         if self._fd is None:
             return
-        try:  # a refused or failed start leaves the folder as it found it
+        try:  # a refused or failed start (nothing written yet) leaves the folder as it found it
+            if self._new_marker and not self.has_run():
+                (self.path / RUN_MARKER).unlink(missing_ok=True)
             if self._made_lock and read_marker(self.path) != "run":
                 (self.path / LOCK).unlink(missing_ok=True)
                 if self._made_dir and not any(self.path.iterdir()):
@@ -167,6 +170,7 @@ class RunFolder:
                 raise InputError(f"{self.path} holds {', '.join(foreign[:4])} but is not a sat "
                                  f"run folder (no {RUN_MARKER}); nothing was deleted; choose "
                                  "another --out or remove them yourself")
+        self._new_marker = read_marker(self.path) != "run"
         write_marker(self.path, "run", RUN_ENTRIES)
 
     def config(self) -> dict:

@@ -522,8 +522,11 @@ class TabularTeam:
 
     def load_state_dict(self, d: dict) -> None:
         shapes = [z.shape for z in self.logits]
-        if [np.shape(z) for z in d["logits"]] != shapes:
-            raise InputError("checkpoint does not match this MDP (logit shapes differ)")
+        for key in ("logits", "init"):  # a NaN logit resumed with exit 0 and J = nan
+            if len(d[key]) != len(shapes) or [np.shape(z) for z in d[key]] != shapes:
+                raise InputError(f"checkpoint does not match this MDP ({key} shapes differ)")
+            if any(np.asarray(z).dtype.kind != "f" or not np.isfinite(z).all() for z in d[key]):
+                raise InputError(f"checkpoint {key} are not finite floats")
         self.logits = [np.array(z, dtype=np.float64) for z in d["logits"]]
         self._init = [np.array(z, dtype=np.float64) for z in d["init"]]
         self._ver = [int(v) for v in d["versions"]]
@@ -718,7 +721,7 @@ class TabularBackend:
 
     @staticmethod
     def report(summary: dict, cfg, out) -> int:
-        print(f"{cfg.method}: {summary['stages']} stages, J {summary['J_start']:.6g} -> "
+        print(f"{cfg.method}: {summary['stages']} stage{'' if summary['stages'] == 1 else 's'}, J {summary['J_start']:.6g} -> "
               f"{summary['J_end']:.6g}, certificate violations {summary['bound_violations']}, "
               f"rejected steps {summary['rejected_steps']}, rollouts {summary['rollouts']}, "
               f"{summary['seconds']:.2f}s -> {out}")

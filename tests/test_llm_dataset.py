@@ -264,3 +264,21 @@ def test_tiny_run_on_a_dataset_records_it_and_resumes_only_on_the_same_data(cli,
     capsys.readouterr()
     _one_line_error(capsys, cli(["train", "--backend", "llm", "--resume", str(out), "--stages", "2",
                                  "--quiet"]), "the dataset changed since this run started")
+
+
+def test_a_dataset_row_longer_than_the_model_context_is_refused_before_training(tmp_path, capsys):
+    """A dataset prompt beyond the model's context length went into training (the tokenizer
+    and the model then failed, or silently truncated); now one line naming the row, exit 2,
+    and no run folder."""
+    from sat_theory.cli import main
+
+    f = tmp_path / "long.jsonl"
+    f.write_text("".join(json.dumps({"question": "word " * 3000 if i == 5 else f"What is {i} + 1?",
+                                     "answer": str(i + 1)}) + "\n" for i in range(20)))
+    out = tmp_path / "run"
+    rc = main(["train", "--backend", "llm", "--model", "tiny-random", "--dataset", str(f),
+               "--stages", "1", "--prompts", "2", "--group-size", "2", "--max-new-tokens", "4",
+               "--n-train", "12", "--n-eval", "4", "--threads", "1", "--quiet", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "'word word" in err[0] and "context length" in err[0]
+    assert not out.exists()

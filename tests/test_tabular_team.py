@@ -255,3 +255,19 @@ def test_truncation_bias_bound_holds_exactly(H):
         assert bias > 0.1 * abs(L)  # at H = 2 the truncation is visible
     if H == 20:
         assert bias < 1e-3 * abs(L)  # and it vanishes as H grows
+
+
+@pytest.mark.parametrize("key,bad", [("logits", np.nan), ("init", np.inf), ("logits", "shape")])
+def test_a_checkpoint_with_non_finite_or_misshapen_logits_is_refused(key, bad):
+    """A NaN logit in a checkpoint resumed with exit 0 and J = nan."""
+    mdp = random_mdp(4, 2, 2, layout="turn", seed=0)
+    team = TabularTeam(mdp, TeamPolicy.random(mdp, 0))
+    d = team.state_dict()
+    d[key] = [np.array(z, dtype=np.float64) for z in d[key]]
+    if bad == "shape":
+        d[key][0] = d[key][0][:1]
+    else:
+        d[key][0][0, 0] = bad
+    with pytest.raises(InputError, match=key):
+        team.load_state_dict(d)
+    team.load_state_dict(team.state_dict())  # the team's own state still loads

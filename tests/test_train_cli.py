@@ -136,3 +136,19 @@ def test_same_seed_same_bytes_through_the_cli(tmp_path):
         files.append(re.sub(rb'"seconds": [^,}]+', b"", (out / "metrics.jsonl").read_bytes()))
     assert files[0] == files[1]
     assert files[0].count(b"\n") == 2 * 2 + 2  # 2 stages × (2 steps + 1 stage record)
+
+
+def test_tabular_train_does_not_import_torch(tmp_path):
+    """Parsing ``--device``'s default ``auto`` resolved it, which imported torch (≈ 3–8 s)
+    for every tabular ``sat train``."""
+    code = ("import sys\nfrom sat_theory.cli import main\n"
+            "rc = main(['train', '--env', 'bandit', '--stages', '1', '--out', sys.argv[1], '--quiet'])\n"
+            "print(rc, 'torch' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r")], capture_output=True,
+                       text=True, timeout=120)
+    assert p.stdout.split()[-2:] == ["0", "False"], p.stdout + p.stderr
+
+
+def test_one_stage_is_reported_as_one_stage(tmp_path, capsys):
+    assert sat("train", "--env", "bandit", "--stages", "1", "--out", str(tmp_path / "r")) == 0
+    assert " 1 stage," in capsys.readouterr().out

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..executor import add_executor_arguments
 from ..metrics import write_json_atomic
+from ..ownership import is_run_set
 from ._io import pick_names, refuse_source_tree
 
 #: every study, in the order they run (cheap exact studies first, training-based after)
@@ -127,24 +128,12 @@ def plot_only(names: list[str], out: Path, report: bool) -> int:
     return 0
 
 
-def _is_run_set(folder: Path) -> bool:
-    """A run set ``experiments/runs.py`` wrote: a real folder with its ``spec.json``, or (a
-    set interrupted before ``spec.json``) one holding nothing but run folders."""
-    from ..ownership import kind_of
-
-    if folder.is_symlink() or not folder.is_dir():
-        return False
-    if (folder / "spec.json").is_file():
-        return True
-    return all(c.is_dir() and not c.is_symlink() and kind_of(c) == "run" for c in folder.iterdir())
-
-
 def remove_run_sets(runs: Path) -> None:
     """``--retrain``: delete the cached run sets under ``OUT/runs`` — only when every entry
-    there is one ``sat figures`` wrote (:func:`_is_run_set`); anything else is an InputError
+    there is one ``sat figures`` wrote (:func:`~sat_theory.ownership.is_run_set`); anything else is an InputError
     and nothing is deleted (``--out`` may be a folder that holds other things)."""
     entries = sorted(runs.iterdir())
-    foreign = [p.name for p in entries if not _is_run_set(p)]
+    foreign = [p.name for p in entries if not is_run_set(p)]
     if foreign:
         raise InputError(f"--retrain: {runs} holds {foreign[0]!r}, which sat figures did not "
                          "write; nothing was deleted (move it away or choose another --out)")

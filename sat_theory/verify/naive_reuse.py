@@ -245,8 +245,9 @@ def naive_reuse_by_training(stages: int = 3, delta: float = 2.0, p: float = 0.9)
     stale stage-start advantages both agents switch and stay mis-coordinated, so a naive stage
     lowers J; with intermediate occupancy agent 1 sees agent 0's new action and follows.
     Returns ``{"sat": [stage true improvements], "naive": [...]}``."""
-    from ..algorithm import TrainConfig, train
+    from ..algorithm import TrainConfig
     from ..envs import named_mdp
+    from ..runner import train
     from ..tabular_team import TabularTeam
 
     mdp = named_mdp("coordination")
