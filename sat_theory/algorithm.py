@@ -141,8 +141,9 @@ class TrainConfig:
                               range=("float", 0.0, None, False, False))
     eps_w: float = setting(0.2, "ratio-clip ε (PPO clip range; the ε_w of THEORY §6)",
                            range=("float", 0.0, 1.0, False, True))
-    beta_init: float = setting(1.0, "initial KL penalty coefficient β (adapted per agent)",
-                               range=("float", 0.0, None, False, False), flag="beta")
+    beta_init: float = setting(1.0, "initial KL penalty coefficient β (adapted per agent; 0 "
+                               "only without a trust region, e.g. --method no-tr: plain GRPO)",
+                               range=("float", 0.0, None, True, False), flag="beta")
     beta_min: float = setting(1e-4, "lower limit of the adaptive β",
                               range=("float", 0.0, None, False, False))
     beta_max: float = setting(1e8, "upper limit of the adaptive β",
@@ -202,6 +203,9 @@ class TrainConfig:
             for d in self.delta_per_agent:
                 check_range("delta_per_agent", d, RANGES["delta"])
             self.delta_per_agent = tuple(float(d) for d in self.delta_per_agent)
+        if self.beta_init == 0 and self.trust_region != "none":  # β = 0 could never grow
+            raise InputError("beta 0 needs --trust-region none (e.g. --method no-tr); the trust "
+                             "region adapts β by factors, so it must start above 0")
         if self.beta_min > self.beta_max:
             raise InputError(f"beta_min {self.beta_min} exceeds beta_max {self.beta_max}")
         if self.delta_min > self.delta_max:

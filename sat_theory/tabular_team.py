@@ -663,6 +663,9 @@ class TabularBackend:
             raise InputError(f"--agents {t.agents} does not match the MDP, which has "
                              f"{mdp.n_agents} agents")
         cfg = TrainConfig.from_args(args, mdp.n_agents, self.algorithm_defaults)
+        if cfg.beta_init == 0:  # proximal_step divides by β: β = 0 made every factor NaN
+            raise InputError("--beta 0: the tabular update is the β-penalised maximiser "
+                             "(proximal_step) and needs β > 0; use a small β instead")
         init = dict(init=t.init)
         if t.init not in ("uniform", "random"):
             self._init_policy(dict(init=t.init), mdp)  # a bad file fails now

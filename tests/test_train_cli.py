@@ -10,6 +10,7 @@ import pytest
 
 from sat_theory import TeamPolicy, random_mdp, stage_certificate
 from sat_theory.cli import main
+from sat_theory.errors import InputError
 from sat_theory.metrics import load_run
 
 
@@ -152,3 +153,17 @@ def test_tabular_train_does_not_import_torch(tmp_path):
 def test_one_stage_is_reported_as_one_stage(tmp_path, capsys):
     assert sat("train", "--env", "bandit", "--stages", "1", "--out", str(tmp_path / "r")) == 0
     assert " 1 stage," in capsys.readouterr().out
+
+
+def test_beta_zero_is_plain_grpo_only_without_a_trust_region(tmp_path, capsys):
+    """``--beta 0`` was refused for every method, so plain GRPO (``--method no-tr``) had to
+    pass 1e-300; it is allowed there for the LLM backend, refused with a trust region (β
+    could never grow from 0), and refused by the tabular update, which divides by β."""
+    from sat_theory.algorithm import TrainConfig
+
+    assert TrainConfig(method="no-tr", beta_init=0.0).beta_init == 0.0
+    with pytest.raises(InputError, match="beta 0 needs --trust-region none"):
+        TrainConfig(method="sat", beta_init=0.0)
+    assert sat("train", "--env", "bandit", "--method", "no-tr", "--beta", "0",
+               "--out", str(tmp_path / "r")) == 2
+    assert "needs β > 0" in capsys.readouterr().err
