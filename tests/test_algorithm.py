@@ -25,10 +25,10 @@ from sat_theory.algorithm import (
     run_stage,
     sampled_surrogate,
     stage_lower_bound,
-    train,
     trajectory_log_weights,
 )
 from sat_theory.metrics import RunWriter, load_run, read_metrics
+from sat_theory.runner import train
 from sat_theory.tabular_team import TabularTeam
 from sat_theory.team import Batch, Episode, Team, Turn
 

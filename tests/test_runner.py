@@ -94,8 +94,8 @@ def test_resume_refuses_a_changed_mdp_file_and_a_malformed_config(tmp_path, caps
 BAD_FLAGS = [
     (["--eps-w", "-1"], "--eps-w: must be a number in (0, 1]"),
     (["--adv-clip", "nan"], "--adv-clip: must be a number > 0"),
-    (["--beta", "nan"], "--beta: must be a number > 0"),
-    (["--beta", "inf"], "--beta: must be a number > 0"),
+    (["--beta", "nan"], "--beta: must be a number >= 0"),
+    (["--beta", "inf"], "--beta: must be a number >= 0"),
     (["--max-backtracks", "-1"], "--max-backtracks: must be an integer >= 0"),
     (["--delta-min", "nan"], "--delta-min"),
     (["--delta-max", "0.001", "--delta-min", "0.01"], "delta_min 0.01 exceeds delta_max"),
