@@ -358,18 +358,12 @@ def load_team(path, *, stage: int | None = None):
 def _export_team(p: Path):
     from safetensors.torch import load_file
 
-    from sat_theory.ownership import regular_file
+    from sat_theory.ownership import read_json_file, regular_file
 
     from .team import LLMConfig, LLMTeam
 
     where = f"{p}/team.json"
-    f = regular_file(p / "team.json")
-    if f.stat().st_size > 1 << 24:
-        raise InputError(f"{where} is larger than 16 MiB; not an export's team.json")
-    try:
-        info = json.loads(f.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(f"{where} is not valid JSON ({type(e).__name__})") from None
+    info = read_json_file(p / "team.json", "an export's team.json")
     if not isinstance(info, dict) or info.get("format") != FORMAT:
         raise InputError(f"{where} is not a {FORMAT} export")
     kw, base = info.get("llm_config"), info.get("base_model")

@@ -354,22 +354,14 @@ def check_model_folder(path) -> Path:
     from it: no ``auto_map`` (custom code) in ``config.json``/``tokenizer_config.json``,
     weights in safetensors (a folder of only pickled weights is refused). Else an
     :class:`InputError` (exit 2)."""
-    import json
-
-    from sat_theory.ownership import regular_file
+    from sat_theory.ownership import read_json_file
 
     p = Path(path)
     for name in ("config.json", "tokenizer_config.json"):
         f = p / name
         if not f.exists():
             continue
-        regular_file(f, "model file")
-        if f.stat().st_size > 1 << 24:
-            raise InputError(f"{f} is larger than 16 MiB; not a model configuration")
-        try:
-            conf = json.loads(f.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise InputError(f"{f} is not valid JSON ({type(e).__name__})") from None
+        conf = read_json_file(f, "a model configuration")
         if not isinstance(conf, dict):
             raise InputError(f"{f} is not a JSON object")
         if "auto_map" in conf:

@@ -274,3 +274,21 @@ def is_run_set(folder) -> bool:
     if (folder / "spec.json").is_file():
         return True
     return all(c.is_dir() and not c.is_symlink() and kind_of(c) == "run" for c in folder.iterdir())
+
+
+#: the largest JSON metadata file (team.json, a model's config.json) we read: 16 MiB
+MAX_JSON_BYTES = 1 << 24
+
+
+def read_json_file(path, what: str):
+    """The decoded JSON of ``path``, a regular file of at most :data:`MAX_JSON_BYTES` holding
+    UTF-8 JSON; anything else is one InputError line naming the file and ``what`` it should
+    have been."""
+    f = regular_file(path, what)
+    if f.stat().st_size > MAX_JSON_BYTES:
+        raise InputError(f"{f} is larger than 16 MiB; not {what}")
+    try:
+        return json.loads(f.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{f} is not valid JSON ({type(e).__name__})") from None
+
