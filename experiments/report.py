@@ -973,10 +973,50 @@ def section_llm_learning(out: Path) -> str:
     return "\n".join(s) + "\n"
 
 
+def section_relay_checks(out: Path) -> str:
+    """The relay task's pre-study checks (issue 22): accuracies recomputed here from the
+    per-problem records ``llm_team_task/checks/<name>.jsonl``; the view each row gets and the
+    exact chance level come from ``checks.json`` (``experiments/llm_team_task.py --checks``)."""
+    title = "A task that needs the team: relay, pre-study checks (issue 22)"
+    folder = out / "llm_team_task"
+    if not (folder / "checks.json").is_file():
+        return f"## {title}\n\nNo checks in `{folder}` (run experiments/llm_team_task.py --checks).\n"
+    meta = json.loads((folder / "checks.json").read_text())
+    rows = []
+    for name, m in meta["checks"].items():
+        recs = [json.loads(line) for line in (folder / "checks" / f"{name}.jsonl").read_text().splitlines()
+                if line.strip()]
+        opts = m.get("task_options") or {}
+        who = (f"{m['agents']}-agent team" if m["agents"] > 1 else
+               "one agent, full view" if "only" not in opts else f"one agent, view {opts['only']} of {opts['parts']}")
+        rows.append({"row": name, "who": who, "problems": len(recs),
+                     "lenient": float(np.mean([r["lenient"] for r in recs])),
+                     "strict": float(np.mean([r["strict"] for r in recs])),
+                     "chance (best guess from the view)": m.get("chance_exact", ""),
+                     "_chance": m.get("chance", math.nan)})
+    df = pd.DataFrame(rows)
+    above = df[df.lenient > df._chance].row.tolist()  # NaN chance (teams): never above
+    df = df.drop(columns="_chance")
+    team = df[df.who.str.contains("team")]
+    one = df[df.who.str.startswith("one agent, view")]
+    full = df[df.who == "one agent, full view"]
+    return (f"## {title}\n\n"
+            "Untrained SmolLM2-135M-Instruct, greedy, the same held-out problems for every row: "
+            "the operands and the operator are split across the agents' private views and the "
+            "last agent answers. Checks before any study: the untrained teams score "
+            f"{', '.join(f'{x:.3f}' for x in team.lenient)} (lenient; clearly above 0, below 0.6); "
+            f"every single agent that sees one view scores at most {one.lenient.max():.3f}, "
+            + (f"above its chance level: {', '.join(above)}" if above else "none above its chance level")
+            + "; the single agent that sees everything (the upper bound) "
+            f"scores {float(full.lenient.iloc[0]):.3f} — above both untrained teams. Strict scores "
+            "(an `Answer:` line) are about 0 before training.\n\n" + md_table(df) + "\n")
+
+
 SECTIONS = [section_stale_gap, section_n_scaling, section_training, section_kl, section_llm_kl_monitor,
             section_tracking,
             section_cert_vs, section_violation, section_pnp,
-            section_order, section_ladder, section_is, section_ablations, section_llm_learning]
+            section_order, section_ladder, section_is, section_ablations, section_llm_learning,
+            section_relay_checks]
 
 
 def timing_section(out: Path) -> str:

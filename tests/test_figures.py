@@ -306,3 +306,22 @@ def test_retrain_refuses_a_runs_folder_holding_what_sat_figures_did_not_write(tm
                    "--out", str(tmp_path / "out"), "--retrain"])
     assert rc == 2
     assert doc.read_text() == "mine" and (ours / "spec.json").exists()
+
+
+def test_relay_section_recomputes_accuracy_from_the_records_and_names_a_view_above_chance(tmp_path):
+    """REPORT's relay checks are computed from the per-problem records (not checks.json's
+    numbers), and a one-view agent that beats its chance level is named, not hidden."""
+    folder = tmp_path / "llm_team_task"
+    (folder / "checks").mkdir(parents=True)
+    checks = {"team2": dict(agents=2, task_options={}, lenient=0.99),
+              "full": dict(agents=1, task_options={"parts": 2}, lenient=0.99),
+              "view2_1": dict(agents=1, task_options={"parts": 2, "only": 1}, chance=0.25,
+                              chance_exact="1/4", lenient=0.0)}
+    (folder / "checks.json").write_text(json.dumps(dict(settings={}, checks=checks)))
+    scores = {"team2": [1, 0, 0, 0], "full": [1, 1, 0, 0], "view2_1": [1, 1, 0, 0]}
+    for name, xs in scores.items():
+        (folder / "checks" / f"{name}.jsonl").write_text(
+            "".join(json.dumps(dict(id=i, lenient=x, strict=0)) + "\n" for i, x in enumerate(xs)))
+    text = report.section_relay_checks(tmp_path)
+    assert "untrained teams score 0.250" in text and "sees everything (the upper bound) scores 0.500" in text
+    assert "above its chance level: view2_1" in text
