@@ -716,9 +716,13 @@ def report_common(out: Path) -> dict:
     lines = ["| run | wall min | training min | evaluation share | evaluations | load avg "
              "(1 min) start → end |", "|---|---|---|---|---|---|"]
     for name, r in sorted(runs.items()):
-        lines.append(f"| {name} | {r['wall_minutes']:.1f} | {r['train_minutes']:.1f} | "
-                     f"{100 * r['eval_share']:.0f}% | {len(r['checkpoints'])} | "
-                     f"{r['load_start'][0]:.1f} → {r['load_end'][0]:.1f} |")
+        # training seconds come from every segment's records; a segment killed without its
+        # heartbeat lost its wall clock, so wall < training: no share can be given then
+        measured = r["wall_minutes"] >= r["train_minutes"]
+        wall = f"{r['wall_minutes']:.1f}" if measured else "not measured (a killed segment's wall clock was lost)"
+        share = f"{100 * r['eval_share']:.0f}%" if measured else "—"
+        lines.append(f"| {name} | {wall} | {r['train_minutes']:.1f} | {share} | "
+                     f"{len(r['checkpoints'])} | {r['load_start'][0]:.1f} → {r['load_end'][0]:.1f} |")
     (out / "timing.md").write_text("\n".join(lines) + "\n")
     tables["runs"] = runs
     if any(not r["tune"] for r in runs.values()):
