@@ -453,7 +453,7 @@ def _train_one(cfg, method, seed, d, out, resume, units, at, extra) -> None:
     """:func:`run_one`'s training call of one method."""
     if method in ("plain", "sat"):
         k = at[0]
-        if any(b - a != k for a, b in zip([0, *at], at)):
+        if any(b - a != k for a, b in zip([0, *at], at, strict=False)):
             raise SystemExit(f"{method}: the grid is not every {k} stages")
         flags = PLAIN_FLAGS if method == "plain" else METHODS["sat"][0]
         run_ours(cfg, method, seed, out, resume, units, d=d,

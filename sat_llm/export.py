@@ -181,7 +181,7 @@ instruction, the chat template and stop tokens); the last agent's message is the
 ```python
 from peft import PeftModel
 from transformers import AutoModelForCausalLM
-base = AutoModelForCausalLM.from_pretrained("{'base' if base.get('path') else ref}")
+base = AutoModelForCausalLM.from_pretrained("{'base' if base.get('path') else ref}", trust_remote_code=False)
 agent = PeftModel.from_pretrained(base, "agent0")
 ```
 

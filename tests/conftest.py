@@ -52,3 +52,30 @@ def device(request):
         if not torch.cuda.is_available():
             pytest.skip("needs a CUDA GPU")
     return request.param
+
+
+def interrupt_after(monkeypatch, target, sig):
+    """The first ``os.replace``/``shutil.rmtree`` that moves or deletes ``target`` is followed
+    at once by ``sig`` to this process (an interrupt in the worst moment)."""
+    import os
+    import shutil
+
+    real_replace, real_rmtree = os.replace, shutil.rmtree
+    fired = []
+
+    def fire(path):
+        if not fired and os.path.abspath(path) == os.path.abspath(target):
+            fired.append(path)
+            os.kill(os.getpid(), sig)
+
+    def replace(src, dst, *a, **kw):
+        real_replace(src, dst, *a, **kw)
+        fire(src)
+
+    def rmtree(path, *a, **kw):
+        real_rmtree(path, *a, **kw)
+        fire(path)
+
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    return fired

@@ -93,7 +93,7 @@ def test_eval_every_3_over_7_stages_evaluates_after_0_3_6_and_7_stages_only(tmp_
                 assert r["true_improvement"] is None and r["holds"] is None
         else:  # the next stage starts from the score measured here
             assert r["J_after"] == pytest.approx(r["J_before"] + r["true_improvement"])
-    for a, b in zip(stages, stages[1:]):
+    for a, b in zip(stages, stages[1:], strict=False):
         assert b["J_before"] == a["J_after"]
     assert summary["J_end"] == stages[-1]["J_after"] == TabularTeam.evaluate(team._team)
     # the scores that were measured are the ones eval_every=1 measures

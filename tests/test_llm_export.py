@@ -204,32 +204,15 @@ def test_overwrite_replaces_only_an_export_it_wrote(trained, tmp_path, capsys):
 def test_interrupted_overwrite_leaves_a_whole_export(trained, tmp_path, capsys, monkeypatch):
     """Ctrl-C in the worst moment (right after the old export is moved or deleted) leaves a
     whole export at --out (the old code deleted the old one and then discarded the new)."""
-    import os
-    import shutil
     import signal
+
+    from conftest import interrupt_after
 
     run, _ = trained
     ex = tmp_path / "ex"
     assert main(["export", str(run), "--out", str(ex)]) == 0
     whole = _tree(ex)
-    real_replace, real_rmtree = os.replace, shutil.rmtree
-    fired = []
-
-    def fire(path):
-        if not fired and os.path.abspath(path) == str(ex):
-            fired.append(path)
-            os.kill(os.getpid(), signal.SIGINT)
-
-    def replace(src, dst, *a, **kw):
-        real_replace(src, dst, *a, **kw)
-        fire(src)
-
-    def rmtree(path, *a, **kw):
-        real_rmtree(path, *a, **kw)
-        fire(path)
-
-    monkeypatch.setattr(os, "replace", replace)
-    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    fired = interrupt_after(monkeypatch, ex, signal.SIGINT)
     assert main(["export", str(run), "--out", str(ex), "--overwrite"]) == 130
     assert fired and _tree(ex) == whole
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ex"]  # no temp or aside folder

@@ -8,6 +8,7 @@ import os
 import signal
 
 import pytest
+from conftest import interrupt_after  # noqa: E402
 
 from sat_theory import ownership
 from sat_theory.cli import main
@@ -139,39 +140,13 @@ def test_a_marker_cannot_widen_what_is_deleted(tmp_path):
     assert (g / "metrics.jsonl").exists()
 
 
-def _interrupt_after(monkeypatch, target, sig):
-    """The first ``os.replace``/``shutil.rmtree`` that moves or deletes ``target`` is followed
-    at once by ``sig`` to this process (an interrupt in the worst moment)."""
-    import shutil
-
-    real_replace, real_rmtree = os.replace, shutil.rmtree
-    fired = []
-
-    def fire(path):
-        if not fired and os.path.abspath(path) == os.path.abspath(target):
-            fired.append(path)
-            os.kill(os.getpid(), sig)
-
-    def replace(src, dst, *a, **kw):
-        real_replace(src, dst, *a, **kw)
-        fire(src)
-
-    def rmtree(path, *a, **kw):
-        real_rmtree(path, *a, **kw)
-        fire(path)
-
-    monkeypatch.setattr(os, "replace", replace)
-    monkeypatch.setattr(shutil, "rmtree", rmtree)
-    return fired
-
-
 def test_an_interrupted_replacement_leaves_the_new_folder_whole(tmp_path, monkeypatch):
     out, new = tmp_path / "out", tmp_path / ".out.tmp1"
     for d, text in ((out, "old"), (new, "new")):
         d.mkdir()
         for k in range(3):
             (d / f"f{k}").write_text(text)
-    fired = _interrupt_after(monkeypatch, out, signal.SIGINT)
+    fired = interrupt_after(monkeypatch, out, signal.SIGINT)
     with pytest.raises(KeyboardInterrupt):
         ownership.replace_folder(new, out)
     assert fired
