@@ -29,8 +29,8 @@ import math
 import tempfile
 from pathlib import Path
 
-from sat_theory.commands._io import check_utf8
 from sat_theory.errors import InputError
+from sat_theory.fileio import check_utf8
 
 __all__ = ["FORMATS", "PROMPT_COLUMNS", "ANSWER_COLUMNS", "load_splits", "pick_column",
            "gold_answer", "split_rows", "fingerprint"]

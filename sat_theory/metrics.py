@@ -50,8 +50,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .checkpoint import write_atomic
-from .commands._io import dumps, jsonable, read_utf8
 from .errors import InputError
+from .fileio import dumps, jsonable, read_utf8
 
 __all__ = ["RunWriter", "Run", "read_config", "read_metrics", "load_run", "write_json_atomic"]
 

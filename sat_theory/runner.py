@@ -322,7 +322,7 @@ class Runner:
     def _eval_file(self, k: int | str) -> None:
         if not isinstance(self.team, HasEvalRecords) or self.folder is None:
             return
-        from .commands._io import dumps
+        from .fileio import dumps
 
         text = "".join(dumps(r) + "\n" for r in self.team.eval_records())
         write_atomic(self.folder.path / f"eval_{k}.jsonl",

@@ -33,7 +33,8 @@ import tempfile
 from pathlib import Path
 
 from ..errors import InputError
-from ._io import dumps, pick_names, table
+from ..fileio import dumps
+from ._io import pick_names, table
 
 BENCHES = ("eval", "sparse", "certificate", "scaling", "suites", "llm")
 

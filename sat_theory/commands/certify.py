@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from ..certificates import BOUND_KEYS, stage_certificate
 from ..errors import InputError
+from ..fileio import dumps
 from ..mdp import FactorizedMDP
 from ..policy import TeamPolicy
-from ._io import dumps, table
+from ._io import table
 
 
 def add_arguments(p):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..evaluate import evaluate
+from ..fileio import dumps
 from ..mdp import FactorizedMDP
 from ..policy import TeamPolicy
-from ._io import dumps
 
 
 def add_arguments(p):

@@ -19,7 +19,8 @@ import sys
 import time
 
 from ..executor import add_executor_arguments
-from ._io import dumps, pick_names, table
+from ..fileio import dumps
+from ._io import pick_names, table
 
 #: the project's theory document: every check's statement, under the section its table shows
 THEORY_DOC = "docs/theory.md"
