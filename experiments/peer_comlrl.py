@@ -1,28 +1,48 @@
-"""CoMLRL's ``MAGRPOTrainer`` (2 agents) as a peer of our 2-agent team, with our settings.
+"""CoMLRL's ``MAGRPOTrainer`` as a peer of our turn-taking teams (2 or 3 agents), with our settings.
 
-MAGRPO (CoMLRL 1.4) lets *every* agent act at every turn (simultaneous joint actions), with
-one joint reward per turn, and expands a tree over turns (``num_generations`` joint
-completions per node, aligned). Our team is turn-taking (agent 1 answers, agent 2 sees that
-answer and gives the team's final one). The closest MAGRPO set-up, used here:
+**What MAGRPOTrainer computes** (CoMLRL 1.4.3, ``comlrl/trainers/reinforce/magrpo.py``). Per
+training prompt it grows a tree over ``num_turns`` turns: at each node *every* agent samples
+``num_generations = G`` completions of its own prompt, and (``joint_mode="aligned"``) the
+``g``-th completions of all agents form joint action ``g``, scored by one joint reward
+(``reward_func``); below each joint action of a non-final turn, ``external_transition`` gives
+every agent its next prompt and a child node is grown. A joint action's return is its reward
+plus the mean return of its child's joint actions (undiscounted). Every node gives every
+agent one sample (its ``G`` completions and their ``G`` returns); per agent a rollout buffer
+of 2 samples, then one AdamW step per 2 samples of the same turn with the loss
+``−(1/G) Σ_g Â_g Σ_u log π(y_{g,u} | ·)`` (temperature-1 logits), ``Â`` the returns minus
+their mean, divided by their population std (clamped at 1e-6): REINFORCE with a group
+baseline, no ratio, no clipping, no KL term. One model and optimizer per agent.
 
-- ``num_turns = 2``. Turn 1: agent 1 gets our agent-1 prompt (the problem; canonical chat
-  protocol, :mod:`sat_llm.protocol`), agent 2 gets the same (MAGRPO makes it act). Turn 2
-  (``external_transition``): agent 2 gets our agent-2 prompt with agent 1's turn-1 answer in
-  the shared context, exactly as in our protocol; agent 1 gets its prompt with agent 2's
-  turn-1 message (it must act again).
-- Reward: 0 at turn 1, our verifier on agent 2's turn-2 answer at turn 2. MAGRPO's return of
-  a turn-1 joint action is its reward plus the mean return of its children, so agent 1's
-  answer is credited with agent 2's mean success given it — the credit our protocol gives.
-  The two extra messages per branch (agent 2 at turn 1, agent 1 at turn 2) are MAGRPO's cost
-  of simultaneous turns; they are generated tokens and count against its budget.
-- Same base (each agent its own copy: MAGRPO optimizes one module per agent), LoRA rank /
-  α / targets, learning rate, group size (``num_generations``), max new tokens, temperature
-  (plain sampling: top-p 1, no top-k), stop tokens. MAGRPO's own loss (REINFORCE with a group
-  baseline, normalized advantages, no ratio clipping, logits at temperature 1) and buffer
-  defaults are kept: that is the peer as it is.
+Our teams are turn-taking (agent ``j`` speaks at turn ``j``, sees the messages before it and
+gives its message; the last agent's answer is scored). The closest MAGRPO set-up, used here:
+``num_turns = n``, reward 0 at every turn but the last and our verifier on the last agent's
+last-turn message at the last turn, so a turn-``t`` joint action is credited with the mean
+success of the team below it — the credit our protocol gives agent ``t``'s message. The
+messages of the agents that do not speak at a turn in our protocol (MAGRPO makes them act) are
+MAGRPO's cost of simultaneous turns: they never enter a shared transcript, but they are
+generated and count against its budget (:func:`messages_per_prompt`). The prompts:
 
-After training (and every ``eval_every`` prompts) both adapters are copied into our 2-agent
-team and evaluated by the same greedy held-out evaluation as our runs (``eval_{k}.jsonl``).
+- **tasks without views, 2 agents** (the issue-21 arithmetic study; unchanged): turn 1: both
+  agents get our agent-1 prompt (the problem; canonical chat protocol,
+  :mod:`sat_llm.protocol`). Turn 2: agent 2 gets our agent-2 prompt with agent 1's turn-1
+  answer in the shared context, exactly as in our protocol; agent 1 gets its prompt with
+  agent 2's turn-1 message (it must act again).
+- **tasks with per-agent views** (``relay``, 2 or 3 agents): at turn ``t`` every agent ``j``
+  gets its own view of the shared transcript ``H_t`` — the messages of the agents that speak
+  before turn ``t`` in our protocol (agent ``s``'s turn-``s`` message on this branch, ``s <
+  t``) — with its own private part (``Protocol.messages(shared, H_t, j, view=private_j)``),
+  exactly the context agent ``j`` would have at that point of our protocol. No agent ever
+  sees another's private part (the issue-21 mapping gives agent 2 agent 1's prompt at turn
+  1, which with views would hold agent 1's private part).
+
+Same base (each agent its own copy: MAGRPO optimizes one module per agent), LoRA rank / α /
+targets, learning rate, group size (``num_generations``), max new tokens, temperature (plain
+sampling: top-p 1, no top-k), stop tokens. MAGRPO's own loss and buffer defaults are kept:
+that is the peer as it is.
+
+After training (and every ``eval_every`` prompts, or at the prompt counts ``eval_at``) the
+adapters are copied into our team and evaluated by the same greedy held-out evaluation as our
+runs (``eval_{k}.jsonl``).
 """
 
 from __future__ import annotations
@@ -31,13 +51,50 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-__all__ = ["run_study_comlrl", "messages_per_prompt"]
+__all__ = ["run_study_comlrl", "messages_per_prompt", "turn_prompts"]
 
 
 def messages_per_prompt(group_size: int, n_agents: int = 2) -> int:
-    """Messages MAGRPO generates per prompt with 2 turns: ``n·G`` at turn 1 and ``n·G²`` at
-    turn 2 (each of the ``G`` turn-1 joint actions branches into ``G``)."""
-    return n_agents * (group_size + group_size ** 2)
+    """Messages MAGRPO generates per prompt with ``n`` agents and ``n`` turns: every agent
+    samples ``G`` completions at each of the ``G^(t−1)`` nodes of turn ``t``, so ``n · Σ_{t=1}^n
+    G^t`` (2 agents: ``2(G + G²)``; 3 agents, ``G = 4``: 252)."""
+    return n_agents * sum(group_size ** t for t in range(1, n_agents + 1))
+
+
+def turn_prompts(render, views, responses: list[list[str]]) -> list[str]:
+    """The prompt of every agent at MAGRPO turn ``t = len(responses[0])`` (module docstring).
+    ``render(prompt, history, agent, last, view) -> str`` (the chat text of our protocol);
+    ``views = (shared prompt, private parts | None)`` of the problem
+    (:func:`sat_llm.protocol.problem_views`); ``responses[j]``: agent ``j``'s cleaned
+    completions on this branch, one per earlier turn. Without views and with 2 agents: the
+    issue-21 mapping (turn 1: agent 1's prompt for both; turn 2: each agent after the other's
+    turn-1 message). With views: agent ``j`` sees the transcript ``H_t`` of the agents that
+    speak before turn ``t`` (agent ``s``'s turn-``s`` message, ``s < t``) and its own part."""
+    shared, private = views
+    n, t = len(responses), len(responses[0])
+    if private is None and n == 2:  # the issue-21 study's mapping, unchanged
+        if t == 0:
+            return [render(shared, [], 0, False, None)] * 2
+        return [render(shared, [("agent 2", responses[1][0])], 0, False, None),
+                render(shared, [("agent 1", responses[0][0])], 1, True, None)]
+    history = [(f"agent {s + 1}", responses[s][s]) for s in range(t)]
+    return [render(shared, history, j, j == n - 1, None if private is None else private[j])
+            for j in range(n)]
+
+
+def _joint_reward(n: int, score):
+    """A ``reward_func`` of ``n`` agents' completions: CoMLRL calls it with the prompts, one
+    completion list per agent and ``batch_items`` (it counts the positional parameters, so
+    each team size needs its own signature); ``score(prompts, completions, batch_items)``."""
+    if n == 2:
+        def reward(prompts, c1, c2, *, batch_items=None):
+            return score(prompts, (c1, c2), batch_items)
+    elif n == 3:
+        def reward(prompts, c1, c2, c3, *, batch_items=None):
+            return score(prompts, (c1, c2, c3), batch_items)
+    else:
+        raise SystemExit(f"CoMLRL peer: 2 or 3 agents, got {n}")
+    return reward
 
 
 def _lora_model(name: str, cfg, seed: int):
@@ -75,65 +132,71 @@ def _distinct_pad(tok, agents):
 
 
 def run_study_comlrl(cfg, seed: int, d: Path, *, n_prompts: int, eval_every: int = 0,
-                     eval_at=(), meta_extra: dict | None = None) -> Path:
-    """Train with ``MAGRPOTrainer`` on ``n_prompts`` training prompts (one epoch), evaluate
-    with our team every ``eval_every`` prompts, or after the prompt counts in ``eval_at``
-    (the common message grid), and after the last; writes the run folder ``d`` (module
-    docstring). ``cfg``: the study's :class:`~experiments.llm_team_learning.StudyConfig`."""
+                     eval_at=(), meta_extra: dict | None = None, n_agents: int = 2) -> Path:
+    """Train ``n_agents`` agents with ``MAGRPOTrainer`` on ``n_prompts`` training prompts (one
+    epoch), evaluate with our team every ``eval_every`` prompts, or after the prompt counts in
+    ``eval_at`` (the common message grid), and after the last; writes the run folder ``d``
+    (module docstring). ``cfg``: the study's :class:`~experiments.llm_team_learning.StudyConfig`
+    (its ``llm_config`` names the task: arithmetic in issue 21, relay in issue 22)."""
     import torch
     from comlrl.trainers.reinforce.magrpo import MAGRPOConfig, MAGRPOTrainer
     from datasets import Dataset
 
     from experiments.llm_team_learning import finish_peer_run, log_peer_eval, start_peer_run
     from experiments.peer_trl import adapter_into
-    from sat_llm.protocol import Protocol
+    from sat_llm.protocol import problem_views
     from sat_llm.team import LLMTeam
     from sat_theory.metrics import RunWriter
 
+    n = n_agents
     if not start_peer_run(d):
         return d
     t_start = time.time()
-    team = LLMTeam(cfg.llm_config(2, seed))  # our evaluation and problems (same seed → same pools)
-    task, proto = team.task, Protocol(2)
-    agents, toks = zip(*[_lora_model(cfg.model, cfg, seed) for _ in range(2)], strict=True)
+    team = LLMTeam(cfg.llm_config(n, seed))  # our evaluation and problems (same seed → same pools)
+    task, proto = team.task, team.protocol  # the task's protocol (Protocol(2) for arithmetic)
+    agents, toks = zip(*[_lora_model(cfg.model, cfg, seed) for _ in range(n)], strict=True)
     tok = _distinct_pad(toks[0], agents)
 
-    def text(prompt: str, history, speaker: int, last: bool) -> str:
-        return tok.apply_chat_template(proto.messages(prompt, history, speaker, last),
+    def text(prompt: str, history, speaker: int, last: bool, view=None) -> str:
+        return tok.apply_chat_template(proto.messages(prompt, history, speaker, last, view),
                                        tokenize=False, add_generation_prompt=True)
 
     rng = __import__("random").Random(seed)
     pool = team.train_pool
     items = [dict(prompt=pool[i].prompt, idx=i) for i in
              (rng.randrange(len(pool)) for _ in range(n_prompts))]
-    first = {it["prompt"]: text(it["prompt"], [], 0, False) for it in items}
+    views = {it["prompt"]: problem_views(task, pool[it["idx"]], n) for it in items}
+    first = {p: turn_prompts(text, v, [[] for _ in range(n)]) for p, v in views.items()}
+    turn_of = {ps[0]: 0 for ps in first.values()}  # agent 1's prompt -> its turn
 
-    def fmt1(item, external_prompts=None):
-        return external_prompts if external_prompts is not None else first[item["prompt"]]
-
-    def fmt2(item, external_prompts=None):
-        return external_prompts if external_prompts is not None else first[item["prompt"]]
+    def formatter(j: int):
+        def fmt(item, external_prompts=None):
+            return external_prompts if external_prompts is not None else first[item["prompt"]][j]
+        return fmt
 
     def transition(prompt, agent_completions, num_agents, **kw):
-        a1, a2 = (proto.clean(c) for c in agent_completions)
-        return [text(prompt, [("agent 2", a2)], 0, False),
-                text(prompt, [("agent 1", a1)], 1, True)]
+        branch = [[proto.clean(c) for c in h] for h in kw["response_history_per_agent"]]
+        nxt = turn_prompts(text, views[prompt], branch)
+        turn_of[nxt[0]] = len(branch[0])
+        return nxt
 
-    def reward(prompts, c1, c2, *, batch_items=None):
+    def score(prompts, completions, batch_items):
         item = batch_items[0]
-        if prompts[0] == first[item["prompt"]]:  # turn 1: nothing is scored yet
+        if turn_of[prompts[0]] < n - 1:  # before the last turn nothing is scored yet
             return [0.0]
-        return [float(task.score(pool[item["idx"]], proto.clean(c2[0])))]
+        return [float(task.score(pool[item["idx"]], proto.clean(completions[-1][0])))]
 
-    args = MAGRPOConfig(num_train_epochs=1, agent_learning_rate=cfg.lr, num_agents=2,
+    args = MAGRPOConfig(num_train_epochs=1, agent_learning_rate=cfg.lr, num_agents=n,
                         num_generations=cfg.group_size, max_new_tokens=cfg.max_new_tokens,
-                        temperature=cfg.temperature, top_p=1.0, top_k=None, num_turns=2,
+                        temperature=cfg.temperature, top_p=1.0, top_k=None, num_turns=n,
                         early_termination_threshold=None, eval_interval=0, eval_num_samples=0,
                         logging_steps=1)
     torch.manual_seed(seed)
-    trainer = MAGRPOTrainer(agents=list(agents), num_agents=2, tokenizer=tok,
-                            train_dataset=Dataset.from_list(items), reward_func=reward,
-                            formatters=[fmt1, fmt2], external_transition=transition, args=args)
+    trainer = MAGRPOTrainer(agents=list(agents), num_agents=n, tokenizer=tok,
+                            train_dataset=Dataset.from_list(items),
+                            reward_func=_joint_reward(n, score),
+                            formatters=[formatter(j) for j in range(n)],
+                            external_transition=transition, args=args)
     trainer.verbose = False
 
     tokens = [0]
@@ -147,7 +210,8 @@ def run_study_comlrl(cfg, seed: int, d: Path, *, n_prompts: int, eval_every: int
     trainer._generate_completions_with_external_prompts = counting_gen
     writer = RunWriter(str(d))
     writer.write_config(dict(peer="comlrl.MAGRPOTrainer", study=asdict(cfg), seed=seed,
-                             n_prompts=n_prompts, magrpo=asdict(args)))
+                             n_prompts=n_prompts, magrpo=asdict(args),
+                             **({} if n == 2 else dict(n_agents=n))))
     clock = dict(train=0.0, last=time.perf_counter(), prompts=0)
 
     def evaluate(k: int) -> None:
