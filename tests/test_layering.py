@@ -20,14 +20,18 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("sat_theory", "sat_llm")
 
 #: known backward edges whose fix is deferred to another issue (each must still exist, so
-#: the list shrinks as they are fixed): ``sat figures`` / ``sat bench`` importing the
-#: studies of ``experiments/`` (a studies registry is not built yet);
-#: ``sat_theory.verify.pipeline`` importing a helper of the CLI
+#: the list shrinks as they are fixed): ``sat_theory.verify.pipeline`` importing a helper
+#: of the CLI
 DEFERRED = {
     ("sat_theory.verify.pipeline", "sat_theory.cli"),
-    ("sat_theory.commands.figures", "experiments"),
-    ("sat_theory.commands.bench", "experiments"),
 }
+
+#: the one module that loads code from a file path (the studies of ``experiments/`` for
+#: ``sat figures``/``sat bench``, from ``--experiments DIR``, ``$SAT_EXPERIMENTS`` or the
+#: package's own checkout; never through ``sys.path``)
+STUDY_LOADER = "sat_theory.commands._studies"
+_LOADS_BY_PATH = {"spec_from_file_location", "module_from_spec", "SourceFileLoader",
+                  "run_path", "exec"}
 
 #: known cycles, not yet broken (each must still be found, so the list only shrinks): the
 #: ``verify`` package's ``__init__`` importing its checks, which import the package, and
@@ -193,6 +197,32 @@ def test_no_backward_import_but_the_listed_deferred_ones():
     bad = backward_edges(graph, cli_modules(graph))
     assert bad - DEFERRED == set()
     assert DEFERRED - bad == set(), "a deferred edge is gone: remove it from DEFERRED"
+
+
+def loads_code_by_path(path: Path) -> bool:
+    """Whether the file calls a loader of code from a path (``importlib.util``'s
+    ``spec_from_file_location``/``module_from_spec``, ``SourceFileLoader``, ``runpy.run_path``,
+    ``exec``) — code the import analysis cannot follow."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name in _LOADS_BY_PATH:
+                return True
+    return False
+
+
+def test_studies_are_loaded_only_by_the_declared_loader_and_never_through_sys_path():
+    """``sat figures``/``sat bench`` reach ``experiments/`` only through
+    :mod:`sat_theory.commands._studies` (no ``sys.path`` edit anywhere: such an edit shows as
+    an edge to ``experiments`` in :func:`imports_of`), and no other module loads code from a
+    file path."""
+    graph = import_graph(ROOT)
+    assert not any("experiments" in targets for targets in graph.values())
+    known = modules_of(ROOT, PACKAGES)
+    assert {m for m, f in known.items() if loads_code_by_path(f)} == {STUDY_LOADER}
+    for m in ("sat_theory.commands.figures", "sat_theory.commands.bench"):
+        assert STUDY_LOADER in graph[m]
 
 
 def test_file_and_json_helpers_live_below_the_command_line():

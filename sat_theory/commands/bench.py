@@ -19,22 +19,27 @@ MET or MISSED (:data:`MISSED_NOTE`), or with ``--json`` one object
 ``{"machine": …, "benchmarks": {name: result}, "targets": [...]}`` on stdout. Exit status 0,
 or with ``--strict`` 1 when a target was missed; 2 on bad input.
 
-The scripts live in the source checkout (they are experiments, not library code), so this
-command needs the repository, e.g. an editable install. Peers (quantecon, pymdptoolbox) come
+The scripts live in the source checkout (they are experiments, not library code):
+``--experiments DIR``, else ``$SAT_EXPERIMENTS``, else ``experiments/`` next to
+``sat_theory/`` (:mod:`sat_theory.commands._studies`; a wheel install needs one of the first
+two). Peers (quantecon, pymdptoolbox) come
 with the ``dev`` extra; a missing peer is left out of the tables.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import sys
 import tempfile
 from pathlib import Path
 
+from ..config_file import arg_type
 from ..errors import InputError
 from ..fileio import dumps
 from ._io import pick_names, table
+from ._studies import add_experiments_argument, bench_dir, import_bench
+
+__all__ = ["BENCHES", "MISSED_NOTE", "add_arguments", "bench_dir", "out_folder", "run"]
 
 BENCHES = ("eval", "sparse", "certificate", "scaling", "suites", "llm")
 
@@ -46,8 +51,6 @@ MISSED_NOTE = ("MISSED: the measured value did not reach its goal in this run. A
 
 
 def add_arguments(p):
-    from ..cli import arg_type
-
     p.add_argument("--quick", action="store_true",
                    help="smaller grids (S up to 1000 dense, 10^5 sparse), each suite once, LLM on "
                         "tiny-random only; minutes instead of ~30")
@@ -66,11 +69,8 @@ def add_arguments(p):
                    help="exit 1 when any target is MISSED (default: report it, exit 0)")
     p.add_argument("--smoke", action="store_true",
                    help="tiny sizes to check that the scripts run (numbers meaningless)")
+    add_experiments_argument(p)
     p.epilog = MISSED_NOTE
-
-
-def bench_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "experiments" / "benchmarks"
 
 
 def out_folder(out: str | None, smoke: bool) -> tuple[Path, tempfile.TemporaryDirectory | None]:
@@ -85,13 +85,8 @@ def out_folder(out: str | None, smoke: bool) -> tuple[Path, tempfile.TemporaryDi
 
 def run(args) -> int:
     names = pick_names(args.only, BENCHES, "benchmark")
-    folder = bench_dir()
-    if not (folder / "_common.py").exists():
-        raise InputError(f"benchmark scripts not found in {folder}: sat bench needs the source "
-                         "checkout (pip install -e .)")
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-    common = importlib.import_module("_common")
+    experiments = getattr(args, "experiments", None)
+    common = import_bench("_common", experiments)
     if args.blas_threads is not None and args.blas_threads < 1:
         raise InputError(f"--blas-threads must be >= 1, got {args.blas_threads}")
     try:
@@ -106,7 +101,7 @@ def run(args) -> int:
     results, targets = {}, []
     with tmp or contextlib.nullcontext(), limit:
         for name in names:
-            mod = importlib.import_module(f"bench_{name}")
+            mod = import_bench(f"bench_{name}", experiments)
             reason = mod.available() if hasattr(mod, "available") else None
             if reason is not None:  # optional dependencies missing: a note, not an error
                 results[name] = {"benchmark": name, "skipped": reason, "targets": []}
@@ -130,9 +125,7 @@ def run(args) -> int:
     if args.json:
         print(dumps({"machine": machine, "benchmarks": results, "targets": targets}))
         return status
-    from _common import blas_summary
-
-    print(f"machine: {machine['cpu']}, {machine['nproc']} cores, BLAS {blas_summary(machine)}, "
+    print(f"machine: {machine['cpu']}, {machine['nproc']} cores, BLAS {common.blas_summary(machine)}, "
           f"load {machine['loadavg']}")
     if targets:
         rows = [{"benchmark": t["benchmark"], "target": t["target"], "value": t["value"],

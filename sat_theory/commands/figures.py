@@ -6,22 +6,25 @@ writing its CSV, PNG and PDF to ``--out``, then writes ``REPORT.md`` there from 
 atomically) and reported; a torn or invalid ``timings.json`` is ignored with a one-line warning
 (timings are a record, not an input). Training runs shared by several figures are cached under ``OUT/runs`` (keyed by their
 settings; ``--retrain`` clears them); ``--executor process|ray`` trains those independent runs
-in parallel with identical results. The scripts live in the source checkout (``experiments/`` next to ``sat_theory/``).
+in parallel with identical results. The scripts live in the source checkout: ``--experiments
+DIR``, else ``$SAT_EXPERIMENTS``, else the ``experiments/`` folder next to ``sat_theory/``
+(:mod:`sat_theory.commands._studies`; a wheel install needs one of the first two).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import shutil
 import sys
 import time
 from pathlib import Path
 
+from ..config_file import arg_type
 from ..errors import InputError
 from ..executor import add_executor_arguments
 from ..metrics import write_json_atomic
 from ..ownership import is_run_set
+from . import _studies
 from ._io import pick_names, refuse_source_tree
 
 #: every study, in the order they run (cheap exact studies first, training-based after)
@@ -42,8 +45,6 @@ STUDIES = (
 
 
 def add_arguments(p):
-    from ..cli import arg_type
-
     p.add_argument("--quick", action="store_true",
                    help="small settings: every study in a few minutes in total")
     p.add_argument("--out", default="figures",
@@ -60,23 +61,8 @@ def add_arguments(p):
     p.add_argument("--plot-only", action="store_true",
                    help="redraw the figures from the CSVs already in OUT (each study's plot()): "
                         "nothing is computed or trained and timings.json is left as it is")
+    _studies.add_experiments_argument(p)
     add_executor_arguments(p)
-
-
-def experiments_root() -> Path:
-    """The source checkout holding ``experiments/`` (``sat_theory``'s parent folder)."""
-    root = Path(__file__).resolve().parents[2]
-    if not (root / "experiments" / "__init__.py").exists():
-        raise InputError(f"experiments/ not found next to sat_theory/ (looked in {root}); "
-                         "run `sat figures` from a source checkout installed with `pip install -e .`")
-    return root
-
-
-def import_study(name: str):
-    root = str(experiments_root())
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    return importlib.import_module(f"experiments.{name}")
 
 
 def read_timings(path: Path, warn: str = "sat figures") -> dict:
@@ -115,16 +101,17 @@ def _timings_problem(t) -> str | None:
     return None
 
 
-def plot_only(names: list[str], out: Path, report: bool) -> int:
+def plot_only(names: list[str], out: Path, report: bool, experiments: str | None = None) -> int:
     """``--plot-only``: every study's ``plot(out)`` on the CSVs already in ``out``."""
+    import_study = _studies.import_study
     for name in names:
         try:
-            paths = import_study(name).plot(out)
+            paths = import_study(name, experiments).plot(out)
         except FileNotFoundError as e:
             raise InputError(f"--plot-only: {name}: {e.filename} is missing; run the study first") from None
         print(f"[{name}] " + (", ".join(p.name for p in paths) or "a table: nothing to draw"), flush=True)
     if report:
-        print(f"wrote {import_study('report').write_report(out)}")
+        print(f"wrote {import_study('report', experiments).write_report(out)}")
     return 0
 
 
@@ -146,12 +133,17 @@ def run(args) -> int:
         raise InputError(f"--seeds must be >= 1, got {args.seeds}")
     names = pick_names(args.only, STUDIES, "study")
     refuse_source_tree(args.out, "out" in getattr(args, "given", {"out"}))
+    experiments = getattr(args, "experiments", None)
+    _studies.experiments_dir(experiments)  # no studies folder: one line before anything is written
     if args.plot_only:
-        return plot_only(names, Path(args.out), not args.no_report)
+        return plot_only(names, Path(args.out), not args.no_report, experiments)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.retrain and (out / "runs").is_dir():
         remove_run_sets(out / "runs")
+    def import_study(name):
+        return _studies.import_study(name, experiments)
+
     common = import_study("common")
     opts = common.Options(out=out, quick=args.quick, seeds=args.seeds, executor=args.executor,
                           workers=args.workers, ray_address=args.ray_address)
