@@ -32,7 +32,7 @@ from fractions import Fraction
 
 from sat_theory.errors import InputError
 
-from .tasks import ANSWER_HINT, ArithmeticTask, Problem, _last_int, extract_answer
+from .task_base import ANSWER_HINT, ArithmeticTask, Problem, _last_int, extract_answer
 
 __all__ = ["RelayTask", "chance_accuracy", "split_facts"]
 

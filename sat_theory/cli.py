@@ -11,7 +11,6 @@ import contextlib
 import importlib
 import sys
 
-from .config_file import arg_type, with_range  # noqa: F401  (re-exported to the commands)
 from .errors import InputError
 
 #: subcommand -> (module, one-line help)

@@ -18,6 +18,7 @@ import re
 import sys
 import time
 
+from ..config_file import arg_type, with_range
 from ..executor import add_executor_arguments
 from ..fileio import dumps
 from ._io import pick_names, table
@@ -32,8 +33,6 @@ def add_arguments(p):
                 "passed, 1 if one failed, 2 on bad input.")
     p.add_argument("--quick", action="store_true",
                    help="fewer cases per check (CI mode; all checks in well under a minute)")
-    from ..cli import arg_type, with_range
-
     seed = ("int", 0, None, True, False)
     p.add_argument("--seed", type=arg_type(seed), default=0,
                    help=with_range("seed of every check's case generator", seed))

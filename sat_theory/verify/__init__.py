@@ -6,15 +6,17 @@ the statement exactly and returns a :class:`CheckResult`. Every check accepts a
 term, stale occupancy for intermediate, flipped KL direction); with a mutation the check
 must report violations — the tests use this to show that each check can fail.
 
-Check modules register themselves on import; :data:`CHECK_MODULES` lists them.
+Check modules register themselves on import (the registry is :mod:`sat_theory.verify.base`, which
+they import; this package names them in :data:`CHECK_MODULES` and imports them in
+:func:`load_checks`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+
+from .base import CHECKS, Check, CheckResult, check
 
 __all__ = ["CheckResult", "Check", "check", "CHECKS", "run_checks", "load_checks"]
 
@@ -31,47 +33,6 @@ CHECK_MODULES = (
     "sat_theory.verify.pipeline",
     "sat_theory.verify.power",  # last: checker_power runs every check registered before it
 )
-
-
-@dataclass
-class CheckResult:
-    name: str
-    reference: str  # paper + theorem, e.g. "TeamTR Thm 3.6; SAT Thm 4.4"
-    section: str  # grouping for the readable table, e.g. "docs/theory.md §4 stage bounds"
-    cases: int
-    violations: int
-    passed: bool
-    min_slack: float | None = None  # min over cases of (true − bound), or bound − true for upper bounds
-    tightness: float | None = None  # median bound / true value, where meaningful (1 = tight)
-    findings: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    reference: str
-    section: str
-    fn: Callable[..., CheckResult]
-    mutations: tuple[str, ...]  # names accepted by fn(mutation=...)
-
-
-CHECKS: dict[str, Check] = {}
-
-
-def check(name: str, reference: str, section: str, mutations: tuple[str, ...] = ()):
-    """Register ``fn(*, quick: bool, seed: int, mutation: str | None) -> CheckResult``."""
-
-    def deco(fn):
-        if name in CHECKS:
-            raise RuntimeError(f"check {name!r} registered twice")
-        CHECKS[name] = Check(name, reference, section, fn, tuple(mutations))
-        return fn
-
-    return deco
 
 
 def load_checks() -> dict[str, Check]:

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from ..certificates import BOUND_KEYS, stage_certificate
-from . import CheckResult, check
+from .base import CheckResult, check
 from .cases import cases
 from .saved import adversarial_cases, missing_note
 from .tally import Tally, case_order, check_mutation, count, trap_cases

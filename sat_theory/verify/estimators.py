@@ -37,7 +37,7 @@ from ..estimators import importance_weight_ess as exact_ess
 from ..evaluate import evaluate
 from ..mdp import FactorizedMDP
 from ..policy import TeamPolicy, factor_kl, kl_rows, tv_rows
-from . import CHECKS, CheckResult, check
+from .base import CHECKS, CheckResult, check
 from .cases import cases, random_policy, small_step_target
 
 SECTION = "docs/theory.md §6 estimators"

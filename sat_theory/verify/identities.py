@@ -16,7 +16,7 @@ from ..policy import (
     joint_tv,
     kl_rows,
 )
-from . import CheckResult, check
+from .base import CheckResult, check
 from .cases import (
     cases,
 )

@@ -19,7 +19,7 @@ from ..policy import (
     TeamPolicy,
     marginal_advantage,
 )
-from . import CheckResult, check
+from .base import CheckResult, check
 from .cases import (
     random_mdps,
     random_policy,

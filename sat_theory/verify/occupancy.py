@@ -20,7 +20,7 @@ from ..policy import (
     joint_kl,
     joint_tv,
 )
-from . import CheckResult, check
+from .base import CheckResult, check
 from .cases import (
     Case,
     cases,

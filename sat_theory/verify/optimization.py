@@ -21,7 +21,7 @@ from ..estimators import dkw_epsilon
 from ..evaluate import evaluate
 from ..policy import TeamPolicy, factor_kl, kl_rows, marginal_advantage
 from ..stage0 import align_distill, probe_distribution, probe_kl, project_geometric
-from . import check
+from .base import check
 from .cases import cases, greedy_target, random_policy
 from .estimators import TOL, Tally, _q, sign_bandit
 

@@ -32,7 +32,7 @@ from ..errors import SUM_TOL, InputError
 from ..evaluate import evaluate, evaluate_many
 from ..mdp import FactorizedMDP, save_npz_atomic
 from ..policy import TeamPolicy
-from . import CheckResult, check
+from .base import CheckResult, check
 from .cases import LAYOUTS, random_mdps, random_policy
 from .tally import Tally, check_mutation, count
 
@@ -76,9 +76,17 @@ def evaluation_error(a, b) -> float:
 
 
 def _cli(argv: list[str]) -> tuple[int, str, str]:
-    """``sat ARGV`` in this process: (exit status, stdout, stderr)."""
-    from ..cli import main
+    """``sat ARGV`` in this process: (exit status, stdout, stderr). The command is found as a
+    shell finds it, through the installed ``sat`` console-script entry point: what these
+    checks verify is the command a user runs, and the verify suite, below the command line,
+    imports no command-line module (tests/test_layering.py). Without an installed ``sat``
+    (a bare source tree) the status is 127 and the check fails, saying so."""
+    from importlib.metadata import entry_points
 
+    found = list(entry_points(group="console_scripts", name="sat"))
+    if not found:
+        return 127, "", "the sat command is not installed (pip install -e .)"
+    main = found[0].load()
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = main(argv)

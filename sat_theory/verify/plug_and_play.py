@@ -24,7 +24,7 @@ from ..policy import (
     kl_rows,
     marginal_advantage,
 )
-from . import CheckResult, check
+from .base import CheckResult, check
 from .cases import (
     adversarial_target,
     cases,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 
-from . import CHECKS, CheckResult, check
+from .base import CHECKS, CheckResult, check
 from .tally import Tally, check_mutation
 
 SECTION = "docs/theory.md §8 power of the checks"
@@ -56,9 +56,10 @@ def _tol(module: str, attr: str) -> float:
 def _tally_cases(designed: dict):
     """(label, flagged) for the comparison primitives: ``flagged`` must be True for the
     planted violations and False for statements that hold."""
+    import sat_theory.verify.estimators as est
+    import sat_theory.verify.identities as ident
+
     from ..certificates import holds
-    from . import estimators as est
-    from . import identities as ident
 
     v = PLANTED * designed[("sat_theory.certificates", "HOLD_TOL")]
     for b in BOUNDS:

@@ -28,7 +28,7 @@ from ..policy import (
     factor_kl,
     joint_policy,
 )
-from . import CheckResult, check
+from .base import CheckResult, check
 from .cases import (
     Case,
     cases,
