@@ -43,14 +43,14 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.special import log_softmax, softmax
 
 from .certificates import stage_certificate
-from .config_file import from_args, setting
+from .config_file import from_args, setting, to_values
 from .errors import InputError
 from .estimators import importance_weight_ess
 from .evaluate import Evaluation, evaluate
@@ -628,6 +628,33 @@ def build_mdp_from_spec(spec: dict):
                      f"{', '.join(sorted(NAMED) + sorted(RANDOM_ENVS))}")
 
 
+#: where :meth:`TabularBackend.configure` saves a :class:`TabularConfig` field in
+#: config.json's ``backend`` section when not under the field's own name (``exact`` and
+#: ``sampled`` are saved together as ``mode``)
+SAVED_AS = {"agents": "env_agents", "gamma": "env_gamma", "exact": None, "sampled": None}
+#: the fields that describe an ``--env`` MDP (an ``--mdp`` run saves only the file)
+ENV_FIELDS = ("env", "states", "actions", "agents", "gamma", "env_seed")
+
+
+def saved_settings(b: dict) -> dict:
+    """The :class:`TabularConfig` fields of a saved ``backend`` section ``b``: field ``f`` is
+    ``b[SAVED_AS.get(f, f)]`` (an ``--mdp`` run has no :data:`ENV_FIELDS` but ``mdp``, an
+    ``--env`` run no ``mdp``), and ``sampled`` is ``mode == "sampled"``. A missing key is one
+    InputError line."""
+    env_run = not b.get("mdp")
+    out = {}
+    try:
+        for f in fields(TabularConfig):
+            key = SAVED_AS.get(f.name, f.name)
+            if key is None or (f.name in ENV_FIELDS and not env_run):
+                continue
+            out[f.name] = b[key]
+        out["sampled"] = b["mode"] == "sampled"
+    except KeyError as e:
+        raise InputError(f"config.json: backend setting {e} missing") from None
+    return out
+
+
 class TabularBackend:
     """The tabular backend (:class:`sat_theory.backends.Backend`): checks the settings and
     builds a :class:`TabularTeam` from the saved configuration."""
@@ -683,18 +710,10 @@ class TabularBackend:
 
     @staticmethod
     def flag_values(config: dict) -> dict:
-        """The tabular flags of a saved run (``--config RUN/config.json``): the saved section
-        holds resolved values (the MDP's sizes, paths), so this inverts :meth:`configure`."""
-        b = config["backend"]
-        try:
-            v = (dict(mdp=b["mdp"]) if b.get("mdp") else
-                 dict(env=b["env"], states=b["states"], actions=b["actions"],
-                      agents=b["env_agents"], gamma=b["env_gamma"], env_seed=b["env_seed"]))
-            v.update(init=b["init"], exact_step=b["exact_step"], lr=b["lr"], epochs=b["epochs"],
-                     horizon_tol=b["horizon_tol"], sampled=b["mode"] == "sampled")
-        except KeyError as e:
-            raise InputError(f"config.json: backend setting {e} missing") from None
-        return v
+        """The tabular flags of a saved run (``--config RUN/config.json``): every
+        :class:`TabularConfig` field under its flag's name
+        (:func:`sat_theory.config_file.to_values`) from :func:`saved_settings`."""
+        return to_values(TabularConfig, saved_settings(config["backend"]))
 
     @staticmethod
     def unused_algorithm_settings(config: dict) -> tuple:
