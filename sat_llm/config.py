@@ -147,39 +147,15 @@ class LLMConfig:
                                     "policies of a longer single-agent run", metavar="FILE[:J]")
 
     def __post_init__(self):
-        from .models import resolve_device
-
-        if not isinstance(self.agents, int) or self.agents < 1:
-            raise InputError(f"a team needs at least 1 agent, got {self.agents}")
-        if self.agent_models is not None:
-            self.agent_models = tuple(self.agent_models)
-            if len(self.agent_models) != self.agents:
-                raise InputError(f"agent_models has {len(self.agent_models)} entries for "
-                                 f"{self.agents} agents")
-        for k in ("max_new_tokens", "lora_r", "epochs", "minibatch", "n_train", "n_eval", "eval_batch"):
-            if getattr(self, k) < 1:
-                raise InputError(f"{k} must be >= 1, got {getattr(self, k)}")
-        if not self.temperature > 0:
-            raise InputError(f"temperature must be > 0, got {self.temperature}")
-        if not (self.lr > 0 and self.grad_clip > 0 and self.eps_w > 0):
-            raise InputError("need lr > 0, grad_clip > 0 and eps_w > 0")
-        if not 0 < self.gamma <= 1:
-            raise InputError(f"gamma must lie in (0, 1], got {self.gamma}")
-        if self.ratio not in RATIOS:
-            raise InputError(f"unknown ratio {self.ratio!r}; choose {' or '.join(RATIOS)}")
-        if self.engine not in ("hf", "vllm"):
-            raise InputError(f"unknown engine {self.engine!r}; choose hf or vllm")
-        if self.dtype not in ("auto", *DTYPES):
-            raise InputError(f"unknown dtype {self.dtype!r}; choose auto, {', '.join(DTYPES)}")
-        if self.agent_devices is not None:
-            self.agent_devices = tuple(self.agent_devices)
-            if len(self.agent_devices) != self.agents:
-                raise InputError(f"agent_devices has {len(self.agent_devices)} entries for "
-                                 f"{self.agents} agents")
-        for d in self.agent_devices or (self.device,):
-            resolve_device(d)  # fails now, before any model is loaded, on a missing CUDA device
-        if self.micro_batch < 0 or self.logp_check < 0 or not self.logp_tol >= 0:
-            raise InputError("need micro_batch >= 0, logp_check >= 0 and logp_tol >= 0")
+        """Every rule across settings, before anything is loaded (each one InputError line):
+        :func:`_check_team`, :func:`_check_numbers`, :func:`_check_names`,
+        :func:`_check_devices`, :func:`_check_checks`; tuples and the task options
+        normalised."""
+        _check_team(self)
+        _check_numbers(self)
+        _check_names(self)
+        _check_devices(self)
+        _check_checks(self)
         self.lora_targets = tuple(self.lora_targets)
         self.task_options = dict(self.task_options or {})
 
@@ -190,3 +166,63 @@ class LLMConfig:
     @classmethod
     def help(cls) -> dict[str, str]:
         return {f.name: f.metadata["help"] for f in fields(cls)}
+
+
+def _check_team(c: LLMConfig) -> None:
+    """``agents >= 1`` (an int) and one ``agent_models`` entry per agent (made a tuple)."""
+    if not isinstance(c.agents, int) or c.agents < 1:
+        raise InputError(f"a team needs at least 1 agent, got {c.agents}")
+    if c.agent_models is not None:
+        c.agent_models = tuple(c.agent_models)
+        if len(c.agent_models) != c.agents:
+            raise InputError(f"agent_models has {len(c.agent_models)} entries for "
+                             f"{c.agents} agents")
+
+
+#: the settings that count something and need at least one
+_COUNTS = ("max_new_tokens", "lora_r", "epochs", "minibatch", "n_train", "n_eval", "eval_batch")
+
+
+def _check_numbers(c: LLMConfig) -> None:
+    """The counts of :data:`_COUNTS` ``>= 1``; ``temperature, lr, grad_clip, eps_w > 0``;
+    ``γ ∈ (0, 1]`` (a Python caller's values: the flags' ranges check a typed one while
+    parsing)."""
+    for k in _COUNTS:
+        if getattr(c, k) < 1:
+            raise InputError(f"{k} must be >= 1, got {getattr(c, k)}")
+    if not c.temperature > 0:
+        raise InputError(f"temperature must be > 0, got {c.temperature}")
+    if not (c.lr > 0 and c.grad_clip > 0 and c.eps_w > 0):
+        raise InputError("need lr > 0, grad_clip > 0 and eps_w > 0")
+    if not 0 < c.gamma <= 1:
+        raise InputError(f"gamma must lie in (0, 1], got {c.gamma}")
+
+
+def _check_names(c: LLMConfig) -> None:
+    """``ratio`` in :data:`RATIOS`, ``engine`` hf or vllm, ``dtype`` auto or a known one."""
+    if c.ratio not in RATIOS:
+        raise InputError(f"unknown ratio {c.ratio!r}; choose {' or '.join(RATIOS)}")
+    if c.engine not in ("hf", "vllm"):
+        raise InputError(f"unknown engine {c.engine!r}; choose hf or vllm")
+    if c.dtype not in ("auto", *DTYPES):
+        raise InputError(f"unknown dtype {c.dtype!r}; choose auto, {', '.join(DTYPES)}")
+
+
+def _check_devices(c: LLMConfig) -> None:
+    """One ``agent_devices`` entry per agent (made a tuple), and every device usable now —
+    before any model is loaded (a missing CUDA device fails here)."""
+    from .models import resolve_device
+
+    if c.agent_devices is not None:
+        c.agent_devices = tuple(c.agent_devices)
+        if len(c.agent_devices) != c.agents:
+            raise InputError(f"agent_devices has {len(c.agent_devices)} entries for "
+                             f"{c.agents} agents")
+    for d in c.agent_devices or (c.device,):
+        resolve_device(d)
+
+
+def _check_checks(c: LLMConfig) -> None:
+    """``micro_batch, logp_check, logp_tol >= 0`` (0: one pass per minibatch, no check)."""
+    if c.micro_batch < 0 or c.logp_check < 0 or not c.logp_tol >= 0:
+        raise InputError("need micro_batch >= 0, logp_check >= 0 and logp_tol >= 0")

@@ -704,15 +704,7 @@ def run_stage(team: Team, cfg: TrainConfig, state: RunState, *,
     log = log or (lambda r: None)
     n = team.n_agents
     st = _Stage(team, cfg, state, state.stage)
-    if resume is None:
-        if J_before is MEASURE or (J_before is None and cfg.trust_region == "adaptive"):
-            J_before = float(team.evaluate())  # adaptive δ compares every step with it
-        order: list[int] = ([] if cfg.order == "greedy"
-                            else choose_order(cfg.order, n, state.rng, cfg.fixed_order))
-        first, steps = 0, []
-        st.J_last = J_before
-    else:
-        J_before, first, order, steps = st.resume_from(resume)
+    J_before, first, order, steps = _stage_start(st, resume, J_before)
     done: list[int] = list(order[:first])
     for i in range(first, n):
         if st.needs_fresh(i):
@@ -727,15 +719,39 @@ def run_stage(team: Team, cfg: TrainConfig, state: RunState, *,
         steps.append(res.record)
         log(res.record)
         if on_step is not None:
-            keep = cfg.occupancy != "intermediate" and i + 1 < n  # the next step reuses it
-            on_step(res.record, dict(step=i + 1, order=list(order), steps=list(steps),
-                                     start=st.start, batch=st.batch if keep else None,
-                                     updated=dict(st.updated) if keep else {},
-                                     J_before=J_before, J_last=st.J_last))
+            on_step(res.record, _position(st, i + 1, order, steps, J_before))
     rec = _stage_record(st, order[:n], steps, J_before, evaluate_after)
     log(rec)
     state.stage += 1
     return rec
+
+
+def _stage_start(st: _Stage, resume: dict | None, J_before) -> tuple:
+    """``(J_before, first step, order, step records so far)`` of a stage. Fresh: ``J_before``
+    is measured (``team.evaluate()``) when the caller did not pass it, or passed ``None``
+    with adaptive δ (which compares every step with it); the order is drawn now unless
+    greedy (chosen step by step); nothing done yet. Resumed: the saved position
+    (:meth:`_Stage.resume_from`)."""
+    cfg, n = st.cfg, st.team.n_agents
+    if resume is not None:
+        return st.resume_from(resume)
+    if J_before is MEASURE or (J_before is None and cfg.trust_region == "adaptive"):
+        J_before = float(st.team.evaluate())
+    order: list[int] = ([] if cfg.order == "greedy"
+                        else choose_order(cfg.order, n, st.state.rng, cfg.fixed_order))
+    st.J_last = J_before
+    return J_before, 0, order, []
+
+
+def _position(st: _Stage, step: int, order, steps, J_before) -> dict:
+    """The resume point after ``step`` completed agent steps (``run_stage``'s ``on_step``):
+    the batch and the log-ratios of the agents updated since it was drawn are kept only
+    when the next step reuses them (not with ``occupancy="intermediate"``, not after the
+    last agent)."""
+    keep = st.cfg.occupancy != "intermediate" and step < st.team.n_agents
+    return dict(step=step, order=list(order), steps=list(steps), start=st.start,
+                batch=st.batch if keep else None, updated=dict(st.updated) if keep else {},
+                J_before=J_before, J_last=st.J_last)
 
 
 def _greedy_step(st: _Stage, i: int, remaining: list[int]) -> _StepResult:

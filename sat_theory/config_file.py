@@ -104,39 +104,43 @@ def add_flags(group, cls, *, skip=(), defaults: dict | None = None) -> None:
     defaults = defaults or {}
     overridden = {k for v in defaults.values() for k in v}
     for f in fields(cls):
-        m = f.metadata
-        if "help" not in m or not m.get("cli", True) or f.name in skip:
-            continue
-        help_ = m["help"] + _default_text(f, defaults)
-        names = ["--" + flag_of(f), *("--" + a for a in m.get("aliases", ()))]
-        kw: dict = dict(default=None if f.name in overridden else f.default,
-                        dest=_dest(flag_of(f)))
-        if isinstance(kw["default"], tuple):
-            kw["default"] = ",".join(map(str, kw["default"]))
-        if m.get("metavar"):
-            kw["metavar"] = m["metavar"]
-        if m.get("negate"):
-            group.add_argument("--" + m["negate"], action="store_true",
-                               help=f"{m['help']} (this switch turns it off)")
-            continue
-        if f.type in (bool, "bool"):
-            kw["default"] = False
-            group.add_argument(*names, action="store_true", help=help_, **kw)
-            continue
-        if m.get("options"):
-            kw["default"] = []
-            group.add_argument(*names, action="append", help=help_, **kw)
-            continue
-        if m.get("range") is not None:
-            kw["type"], help_ = arg_type(m["range"]), with_range(help_, m["range"])
-        elif m.get("type") is not None:
-            kw["type"] = m["type"]
-        if m.get("choices"):
-            kw["choices"] = m["choices"]
-        group.add_argument(*names, help=help_.replace("%", "%%"), **kw)
-        if m.get("none_flag"):
-            group.add_argument("--" + m["none_flag"], action="store_true",
-                               help=f"{m['help']}: none (ablation: no --{flag_of(f)})")
+        if "help" in f.metadata and f.metadata.get("cli", True) and f.name not in skip:
+            _add_flag(group, f, _default_text(f, defaults), f.name in overridden)
+
+
+def _add_flag(group, f: Field, default_text: str, overridden: bool) -> None:
+    """The flag(s) of one field: a ``negate`` switch (``--no-x`` sets it false), a switch for
+    a bool, a repeated ``KEY=VALUE`` for ``options``, else a value flag typed by its
+    ``range`` (:func:`arg_type`, the range appended to the help) or ``type``, plus its
+    ``none_flag`` switch. The default is the field's (a tuple as its comma-separated text),
+    ``None`` when ``overridden`` (a backend has its own)."""
+    m = f.metadata
+    help_ = m["help"] + default_text
+    names = ["--" + flag_of(f), *("--" + a for a in m.get("aliases", ()))]
+    kw: dict = dict(default=None if overridden else f.default, dest=_dest(flag_of(f)))
+    if isinstance(kw["default"], tuple):
+        kw["default"] = ",".join(map(str, kw["default"]))
+    if m.get("metavar"):
+        kw["metavar"] = m["metavar"]
+    if m.get("negate"):
+        group.add_argument("--" + m["negate"], action="store_true",
+                           help=f"{m['help']} (this switch turns it off)")
+        return
+    if f.type in (bool, "bool") or m.get("options"):
+        kw["default"] = False if not m.get("options") else []
+        action = "append" if m.get("options") else "store_true"
+        group.add_argument(*names, action=action, help=help_, **kw)
+        return
+    if m.get("range") is not None:
+        kw["type"], help_ = arg_type(m["range"]), with_range(help_, m["range"])
+    elif m.get("type") is not None:
+        kw["type"] = m["type"]
+    if m.get("choices"):
+        kw["choices"] = m["choices"]
+    group.add_argument(*names, help=help_.replace("%", "%%"), **kw)
+    if m.get("none_flag"):
+        group.add_argument("--" + m["none_flag"], action="store_true",
+                           help=f"{m['help']}: none (ablation: no --{flag_of(f)})")
 
 
 def _options(items) -> dict:

@@ -655,6 +655,18 @@ def saved_settings(b: dict) -> dict:
     return out
 
 
+def sampled_mode(t: TabularConfig, args) -> bool:
+    """Whether the run is sampled: ``--sampled``, or ``--group-size``/``--groups`` given
+    (they size the batches); ``--exact`` with either is refused."""
+    if t.exact and t.sampled:
+        raise InputError("--exact cannot be combined with --sampled")
+    groups_given = any(getattr(args, d, None) is not None for d in ("group_size", "groups"))
+    sampled = bool(t.sampled or groups_given)
+    if sampled and t.exact:
+        raise InputError("--exact cannot be combined with --group-size/--groups")
+    return sampled
+
+
 class TabularBackend:
     """The tabular backend (:class:`sat_theory.backends.Backend`): checks the settings and
     builds a :class:`TabularTeam` from the saved configuration."""
@@ -669,20 +681,14 @@ class TabularBackend:
 
     def configure(self, args) -> tuple:
         """``(TrainConfig, {"backend": ...})`` of the parsed settings ``args`` (any object
-        with the settings' flag names as attributes), every cross-setting rule checked."""
-        import os
-
+        with the settings' flag names as attributes), every cross-setting rule checked:
+        the mode (:func:`sampled_mode`), the MDP and its agents, β > 0, the initial policy."""
         from .algorithm import TrainConfig
 
         t = TabularConfig(**from_args(TabularConfig, args))
         if getattr(args, "executor", "serial") != "serial":
             raise InputError("--executor ray runs LLM agents as Ray actors; it needs --backend llm")
-        if t.exact and t.sampled:
-            raise InputError("--exact cannot be combined with --sampled")
-        groups_given = any(getattr(args, d, None) is not None for d in ("group_size", "groups"))
-        sampled = bool(t.sampled or groups_given)
-        if sampled and t.exact:
-            raise InputError("--exact cannot be combined with --group-size/--groups")
+        sampled = sampled_mode(t, args)
         seed = int(getattr(args, "seed", 0) or 0)
         spec = mdp_spec(t, seed)
         mdp = self._mdp = build_mdp_from_spec(spec)
@@ -693,16 +699,22 @@ class TabularBackend:
         if cfg.beta_init == 0:  # proximal_step divides by β: β = 0 made every factor NaN
             raise InputError("--beta 0: the tabular update is the β-penalised maximiser "
                              "(proximal_step) and needs β > 0; use a small β instead")
-        init = dict(init=t.init)
-        if t.init not in ("uniform", "random"):
-            self._init_policy(dict(init=t.init), mdp)  # a bad file fails now
-            init = dict(init=os.path.abspath(t.init), init_sha256=_sha256(t.init))
         backend = dict(backend="tabular", mode="sampled" if sampled else "exact", **spec,
                        mdp_description=mdp.describe(), agents=mdp.n_agents,
-                       gamma=mdp.gamma, **init, exact_step=t.exact_step, lr=t.lr,
-                       epochs=t.epochs, horizon_tol=t.horizon_tol,
+                       gamma=mdp.gamma, **self._init_setting(t, mdp), exact_step=t.exact_step,
+                       lr=t.lr, epochs=t.epochs, horizon_tol=t.horizon_tol,
                        horizon=horizon_for(mdp.gamma, t.horizon_tol), seed=seed)
         return cfg, {"backend": backend}
+
+    def _init_setting(self, t: TabularConfig, mdp) -> dict:
+        """The saved ``init``: ``uniform``/``random``, or a policy file's absolute path and
+        sha256 (read now, so a bad file fails before the run starts)."""
+        import os
+
+        if t.init in ("uniform", "random"):
+            return dict(init=t.init)
+        self._init_policy(dict(init=t.init), mdp)
+        return dict(init=os.path.abspath(t.init), init_sha256=_sha256(t.init))
 
     @staticmethod
     def sampled(config: dict) -> bool:
