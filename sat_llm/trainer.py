@@ -11,9 +11,13 @@
                          train_dataset=Dataset.from_dict({"prompt": [...], "answer": [...]}))
     trainer.train()                              # trainer.train(resume_from_checkpoint=True)
 
-- ``models``: one base model shared by ``args.agents`` agents, or one per agent (names or
-  paths, as ``--model``/``--agent-models``; a loaded model object cannot be recorded in
-  ``config.json`` for resume and is refused).
+- ``models``: one base model shared by ``args.agents`` agents, or one per agent: names or
+  paths (as ``--model``/``--agent-models``), or loaded ``transformers`` models
+  (``PreTrainedModel``, as TRL's ``GRPOTrainer`` takes) with their tokenizer as
+  ``processing_class``. A loaded model is saved next to the run (``<output_dir>.models/
+  model{j}``: safetensors weights, config, tokenizer) and the run uses that folder like a
+  ``--model DIR``, so config.json names exact weights and the run resumes (and ``sat train
+  --resume`` can continue it) without the object.
 - ``reward_funcs``: a callable or a list, each called as TRL calls them,
   ``f(prompts=[...], completions=[...], answer=[...])`` → one float per completion, on the
   final message of each episode (``prompts`` are the problems as the team sees them, with the
@@ -125,6 +129,11 @@ class RewardTask(DatasetTask):
                          for f, w in zip(self.reward_funcs, self.reward_weights, strict=True)))
 
 
+def _is_model(m) -> bool:
+    """A loaded ``transformers`` model (anything with ``save_pretrained`` and a ``config``)."""
+    return hasattr(m, "save_pretrained") and hasattr(m, "config")
+
+
 def _names(funcs) -> list[str]:
     return [f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}" for f in funcs]
 
@@ -153,13 +162,23 @@ class SATTrainer:
     """Sequential trust-region training of an LLM team (module docstring)."""
 
     def __init__(self, models, reward_funcs, args=None, train_dataset=None, eval_dataset=None,
-                 reward_weights=None):
+                 reward_weights=None, processing_class=None):
         self.args = args if args is not None else SATConfig()
-        models = [models] if isinstance(models, (str, os.PathLike)) else list(models)
-        if not models or not all(isinstance(m, (str, os.PathLike)) for m in models):
-            raise InputError("models: give model names or paths (a loaded model cannot be "
-                             "recorded in config.json for resume)")
-        self.models = [os.fspath(m) for m in models]
+        if self.args.output_dir is None:
+            raise InputError("SATConfig(output_dir=...) is required (the run folder)")
+        one = isinstance(models, (str, os.PathLike)) or _is_model(models)
+        models = [models] if one else list(models)
+        if not models or not all(isinstance(m, (str, os.PathLike)) or _is_model(m) for m in models):
+            raise InputError("models: give model names, paths or loaded transformers models "
+                             "(PreTrainedModel)")
+        #: the loaded models by agent, saved at train() to model_dir / f"model{j}"
+        self.loaded = {j: m for j, m in enumerate(models) if _is_model(m)}
+        if self.loaded and processing_class is None:
+            raise InputError("models: a loaded model needs its tokenizer as processing_class=... "
+                             "(it is saved with the model)")
+        self.processing_class = processing_class
+        self.models = [os.fspath(self.model_dir / f"model{j}") if j in self.loaded
+                       else os.fspath(m) for j, m in enumerate(models)]
         self.reward_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) \
             else [reward_funcs]
         if not self.reward_funcs or not all(callable(f) for f in self.reward_funcs):
@@ -171,8 +190,6 @@ class SATTrainer:
                              f"{len(self.reward_funcs)} reward_funcs")
         if train_dataset is None:
             raise InputError("train_dataset is required")
-        if self.args.output_dir is None:
-            raise InputError("SATConfig(output_dir=...) is required (the run folder)")
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
         self.backend = _RewardBackend(self.reward_funcs, self.reward_weights)
 
@@ -181,27 +198,48 @@ class SATTrainer:
         """Where the datasets are saved (``<output_dir>.dataset``)."""
         return Path(os.fspath(self.args.output_dir) + ".dataset")
 
-    def _save_datasets(self) -> None:
-        """``save_to_disk`` the datasets as splits ``train`` (and ``test``); a folder there
-        that this trainer did not write is refused, never deleted."""
-        from datasets import DatasetDict
+    @property
+    def model_dir(self) -> Path:
+        """Where loaded models are saved (``<output_dir>.models``)."""
+        return Path(os.fspath(self.args.output_dir) + ".models")
 
-        d, marker = self.data_dir, self.data_dir / ".sat-trainer-data"
+    def _replace_owned(self, d: Path, marker: str, what: str, write: Callable[[Path], None]):
+        """``write(tmp)`` then ``tmp`` renamed to ``d``; an existing ``d`` is replaced only
+        when it carries this trainer's ``marker`` and ``overwrite`` is set — a folder this
+        trainer did not write is refused, never deleted."""
         if d.exists():
-            if not marker.is_file():
+            if not (d / marker).is_file():
                 raise InputError(f"{d} exists and was not written by SATTrainer; move it away")
             if not self.args.overwrite:
-                raise InputError(f"{d} holds the data of a run already; use "
+                raise InputError(f"{d} holds the {what} of a run already; use "
                                  "overwrite=True to replace it or train(resume_from_checkpoint=True)")
             shutil.rmtree(d)
+        tmp = d.with_name(d.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        write(tmp)
+        (tmp / marker).write_text("written by sat_llm.trainer.SATTrainer\n")
+        tmp.rename(d)
+
+    def _save_datasets(self) -> None:
+        """``save_to_disk`` the datasets as splits ``train`` (and ``test``)."""
+        from datasets import DatasetDict
+
         splits = {"train": self.train_dataset}
         if self.eval_dataset is not None:
             splits["test"] = self.eval_dataset
-        tmp = d.with_name(d.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        DatasetDict(splits).save_to_disk(str(tmp))
-        (tmp / ".sat-trainer-data").write_text("written by sat_llm.trainer.SATTrainer\n")
-        tmp.rename(d)
+        self._replace_owned(self.data_dir, ".sat-trainer-data", "data",
+                            lambda tmp: DatasetDict(splits).save_to_disk(str(tmp)))
+
+    def _save_models(self) -> None:
+        """Every loaded model with ``processing_class`` as ``model_dir/model{j}``
+        (safetensors), the folders ``--model DIR`` loads."""
+        def write(tmp: Path) -> None:
+            for j, model in self.loaded.items():
+                model.save_pretrained(str(tmp / f"model{j}"), safe_serialization=True)
+                self.processing_class.save_pretrained(str(tmp / f"model{j}"))
+
+        if self.loaded:
+            self._replace_owned(self.model_dir, ".sat-trainer-models", "models", write)
 
     def _llm_config(self) -> LLMConfig:
         a = self.args
@@ -226,6 +264,7 @@ class SATTrainer:
                                        backend=self.backend, progress=a.progress)
             return summary
         self._save_datasets()
+        self._save_models()
         llm_cfg = self._llm_config()
         cfg = a.train_config()
         cfg.check_team(llm_cfg.agents)

@@ -106,7 +106,7 @@ def test_a_reward_function_run_resumes_through_the_trainer_only(tmp_path, capsys
 
 def test_bad_trainer_arguments_are_one_clear_error(tmp_path):
     args = SATConfig(output_dir=str(tmp_path / "r"))
-    with pytest.raises(InputError, match="loaded model"):
+    with pytest.raises(InputError, match="PreTrainedModel"):
         SATTrainer(models=[object()], reward_funcs=exact_answer, args=args, train_dataset=TRAIN)
     with pytest.raises(InputError, match="callable"):
         SATTrainer(models="tiny-random", reward_funcs=[3], args=args, train_dataset=TRAIN)
