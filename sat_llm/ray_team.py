@@ -59,6 +59,7 @@ import numpy as np
 from sat_theory.errors import InputError
 from sat_theory.team import Batch, Episode
 
+from .tasks import TASK_IMPORT_ENV
 from .team import EpisodeLoop
 
 __all__ = ["RayOptions", "AgentWorker", "RayTeam", "ray_options", "build_ray_team"]
@@ -98,6 +99,23 @@ class RayOptions:
         return {f.name: f.metadata["help"] for f in fields(cls)}
 
 
+#: :class:`AgentWorker`'s default permission: keep the process's own ``$SAT_ALLOW_TASK_IMPORT``
+INHERIT = "inherit"
+
+
+def set_task_import(allowed: str | None | object) -> None:
+    """Make ``allowed`` this process's task-import permission (:data:`TASK_IMPORT_ENV`;
+    ``None``: unset, a library caller's; :data:`INHERIT`: leave it). An actor gets the
+    driver's permission this way, as an argument: a Ray worker's environment is the one
+    the cluster started with — another command's, or none on a cluster started elsewhere."""
+    if allowed is INHERIT:
+        return
+    if allowed is None:
+        os.environ.pop(TASK_IMPORT_ENV, None)
+    else:
+        os.environ[TASK_IMPORT_ENV] = str(allowed)
+
+
 def _call_id() -> str:
     """A unique id for a parameter-changing actor call (see :meth:`AgentWorker._once`)."""
     return uuid.uuid4().hex
@@ -110,7 +128,8 @@ class AgentWorker:
     exactly as in process; ``k = 0`` for a heterogeneous team, where the actor loads only
     this agent's base)."""
 
-    def __init__(self, cfg: dict, agent: int, checkpoint_dir: str | None):
+    def __init__(self, cfg: dict, agent: int, checkpoint_dir: str | None,
+                 allow_task_import: str | None | object = INHERIT):
         import torch
 
         from .checkpoint import CHECKPOINT, load_checkpoint
@@ -119,6 +138,7 @@ class AgentWorker:
 
         c = LLMConfig(**dict(cfg, **self._placement(cfg)))
         self.agent = agent
+        set_task_import(allow_task_import)  # before LLMTeam builds the task
         if c.agent_models is None:
             self.team, self.k = LLMTeam(c), agent
             self.base_public = c.model
@@ -360,7 +380,8 @@ class RayTeam(EpisodeLoop):
         self.actors = [worker.options(num_cpus=o.agent_cpus, num_gpus=o.agent_gpus,
                                       max_restarts=o.max_restarts,
                                       max_task_retries=o.max_task_retries)
-                       .remote(cfg.to_dict(), j, self.checkpoint_dir) for j in range(self.n_agents)]
+                       .remote(cfg.to_dict(), j, self.checkpoint_dir,
+                               os.environ.get(TASK_IMPORT_ENV)) for j in range(self.n_agents)]
         infos = self.info()
         self._k = [i["k"] for i in infos]  # each agent's index inside its actor's LLMTeam
         self._torch_rng = infos[0]["init_torch_rng"]

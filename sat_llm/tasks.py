@@ -561,15 +561,22 @@ def _import_task(spec: str, kw: dict) -> Task:
     return cls(**kw)
 
 
+#: the environment variable holding the task-import permission of this process (below)
+TASK_IMPORT_ENV = "SAT_ALLOW_TASK_IMPORT"
+
+
 def make_task(name: str, prompts: str | None = None, **kw) -> Task:
     """The task called ``name`` (see :data:`TASKS`), or a user's ``package.module:Class``
     (a :class:`Task` subclass); unknown names or options -> InputError.
 
     Importing a class runs its module's code, so inside ``sat`` it needs an explicit opt-in:
-    the command line sets ``$SAT_ALLOW_TASK_IMPORT`` to the ``--task`` the user typed, or to
-    ``*`` with ``--allow-task-import`` (:func:`sat_theory.cli.main`); a name read from a
+    the command line sets ``$SAT_ALLOW_TASK_IMPORT`` (:data:`TASK_IMPORT_ENV`) to the
+    ``--task`` the user typed, or to ``*`` with ``--allow-task-import`` (of ``sat`` or of
+    ``sat train``/``export``/``team``; :func:`sat_theory.cli.main`); a name read from a
     ``config.json`` or ``team.json`` is then refused before anything is imported. Unset (a
-    library caller naming its own class) imports."""
+    library caller naming its own class) imports. Ray agent actors get the driver's value
+    as an argument (:class:`sat_llm.ray_team.AgentWorker`), not from the cluster's
+    environment."""
     import os
 
     classes = {"arithmetic": ArithmeticTask, "countdown": CountdownTask, "guess": GuessTask,
@@ -578,11 +585,11 @@ def make_task(name: str, prompts: str | None = None, **kw) -> Task:
     if name not in classes and name not in ("dataset", "jsonl") and ":" not in name:
         raise InputError(f"unknown task {name!r}: choose one of {', '.join(TASKS)} "
                          "(or package.module:TaskClass)")
-    allowed = os.environ.get("SAT_ALLOW_TASK_IMPORT")
+    allowed = os.environ.get(TASK_IMPORT_ENV)
     if ":" in name and allowed is not None and allowed != "*" and name not in allowed.split(","):
         raise InputError(f"task {name!r} names a Python class to import (its module would run); "
                          "sat imports a task class named in a file only when asked: rerun with "
-                         "sat --allow-task-import ... if you trust it")
+                         "--allow-task-import if you trust it")
     try:
         if ":" in name:
             return _import_task(name, kw)

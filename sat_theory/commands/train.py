@@ -20,7 +20,8 @@ progress bar goes to stderr and a one-line summary to stdout.
 
 ``--resume DIR`` continues the run saved in DIR; it takes only ``--stages`` (more stages, or
 as many as saved), ``--report-to`` (trackers for this process; default: the saved run's),
-``--quiet`` and ``--verbose``, since every other setting belongs to the saved run.
+``--quiet``, ``--verbose`` and ``--allow-task-import`` (a task class the saved config.json
+names may be imported), since every other setting belongs to the saved run.
 
 Output (:mod:`sat_theory.progress`): progress bars on stderr only on a terminal (``--verbose``:
 always, plus one line per stage; ``--quiet``: never); ``--report-to`` mirrors the records to
@@ -38,7 +39,8 @@ from ..tabular_team import TabularConfig
 register("llm", "sat_llm.backend:LLMBackend", install="pip install -e '.[llm]'")
 
 #: flags that are not settings of the saved run, so ``--resume`` takes them
-RUN_FLAGS = {"resume", "quiet", "verbose", "report_to", "backend", "debug"}
+RUN_FLAGS = {"resume", "quiet", "verbose", "report_to", "backend", "debug",
+             "allow_task_import_cmd"}
 
 
 def resume_flags() -> set[str]:
@@ -110,8 +112,14 @@ def add_arguments(p):
                           "(sat_theory.config_file)")
     out.add_argument("--resume", default=None, metavar="DIR",
                      help="continue the run in DIR from its last checkpoint (either backend); "
-                          "only --stages, --report-to, --quiet and --verbose may be given with it")
+                          "only --stages, --report-to, --quiet, --verbose and "
+                          "--allow-task-import may be given with it")
     _report_to_arg(out)
+    out.add_argument("--allow-task-import", dest="allow_task_import_cmd", action="store_true",
+                     help="let a run's config.json (--resume, --config) name a task class "
+                          "(module:Class) to import; its code runs, so only for files you "
+                          "trust (a --task typed here is always allowed). Same as sat "
+                          "--allow-task-import train ...")
     out.add_argument("--quiet", action="store_true",
                      help="no progress bars (nor transformers' loading bars): only the summary "
                           "line, warnings and errors")
