@@ -22,15 +22,32 @@ agent's message, the final message, lenient and strict scores) and is skipped wh
 exists (resumable); ``OUT/checks.json`` collects the accuracies with Wilson 95% intervals and
 the exact commands.
 
-``--method M --agents N --seed S`` (the study, issue #22 item 3; prepared, not yet run): the
-methods of :data:`METHODS` through ``sat train`` on the relay task, with the settings of the
-main learning study (:mod:`experiments.llm_team_learning`'s ``StudyConfig`` and ``run_ours``,
-imported, not copied) and the budget in sampled messages; ``--report`` pairs the methods by
-seed (paired bootstrap of the final held-out accuracy, strict and lenient).
+**The study** (issue #22 item 3; ``OUT/study/``), on the rules of the issue-21 common-schedule
+study (:mod:`experiments.llm_team_learning`, whose ``StudyConfig``, ``run_ours``, learning-rate
+grid, validation size and peer plumbing it imports): the methods of :data:`STUDY_METHODS` —
+SAT, naive (stale batch), joint, ours-plain (``no-tr``), CoMLRL's MAGRPO
+(:mod:`experiments.peer_comlrl`, one turn per agent, views kept private) — for n = 2 and 3,
+and the full-view single agent as the reference (its ``n`` is the team size whose budget it
+gets). Every run of a team size has the same budget of sampled messages, ``budget`` units of
+one n-agent SAT stage (``n² · 32`` messages), and is evaluated after every unit
+(:func:`schedule`; CoMLRL at the nearest prompt counts). Runs are named
+``n{n}/[tune/]{method}_lr{lr}_s{seed}`` (:func:`run_name`). Tuning runs (seed 0, every rate of
+the grid; CoMLRL also at its default 5e-6) train on the training pool without its first 50
+problems and are evaluated on those 50 validation problems; each method's rate is the one with
+the best validation AUC (:func:`chosen_lr`), the held-out problems are never used to choose.
+Then every method runs at its chosen rate on seeds 0-2. ``--queue`` runs it all, two runs at a
+time, each its own process (``--run NAME --resume``, log in ``OUT/study/.logs/``), resumable;
+our methods log the upstream drift of item 4 in every step record (:func:`drift_metrics`).
+``--report`` writes ``OUT/study/study.md`` and ``summary.json`` (:func:`report`): the tuning
+grid, AUC/final/best/drawdown with bootstrap CIs under both scorings, SAT − every other method
+paired per seed and over seeds, and the drift-vs-gap relation; cells of missing runs read
+"not yet run".
 
     python experiments/llm_team_task.py --checks
-    python experiments/llm_team_task.py --method sat --agents 2 --seed 0 [--resume]
+    python experiments/llm_team_task.py --queue                      # the whole study
+    python experiments/llm_team_task.py --run n3/tune/naive_lr0.001_s0 --resume
     python experiments/llm_team_task.py --report
+    python experiments/llm_team_task.py --method sat --agents 2 --seed 0   # a quick look
 """
 
 from __future__ import annotations
@@ -263,7 +280,8 @@ def install_drift_logging() -> None:
 
 # ------------------------------------------------------------------ the study (item 3)
 #: method -> (sat train flags, runs a team of n agents?); the full-view single agent is the
-#: reference (relay with --agents 1 sees every part)
+#: reference (relay with --agents 1 sees every part); comlrl is CoMLRL's MAGRPOTrainer
+#: (:mod:`experiments.peer_comlrl`, n agents, n turns)
 METHODS = {
     "sat": (["--method", "sat"], True),
     "naive": (["--method", "naive"], True),
@@ -272,7 +290,13 @@ METHODS = {
     "single": (["--method", "sat"], False),
 }
 PEERS = ("comlrl",)
+#: every method of the study, in the order of the tables; the team sizes; the seeds
+STUDY_METHODS = ("sat", "naive", "joint", "no-tr", "comlrl", "single")
+TEAM_SIZES = (2, 3)
 SEEDS = (0, 1, 2)
+#: the comparisons of the report: SAT − each other method, the first two the issue's
+OTHERS = ("naive", "joint", "no-tr", "comlrl", "single")
+SCORINGS = ("lenient", "strict")
 
 
 def messages_per_stage(method: str, n: int, episodes: int) -> int:
@@ -284,6 +308,16 @@ def messages_per_stage(method: str, n: int, episodes: int) -> int:
     return (n if method == "sat" else 1) * episodes * n
 
 
+def messages_per_unit(method: str, n: int, cfg) -> int:
+    """Sampled messages per stage (ours) or per training prompt (CoMLRL: the tree of
+    :func:`experiments.peer_comlrl.messages_per_prompt`)."""
+    from experiments.peer_comlrl import messages_per_prompt
+
+    if method == "comlrl":
+        return messages_per_prompt(cfg.group_size, n)
+    return messages_per_stage(method, n, cfg.prompts * cfg.group_size)
+
+
 def study_schedule(method: str, n: int, episodes: int, budget: int) -> tuple[int, int]:
     """``(stages, eval_every)`` at ``budget`` units of one ``n``-agent SAT stage (``n² ·
     episodes`` messages), evaluated after every unit: every method sees the same sampled-
@@ -293,6 +327,20 @@ def study_schedule(method: str, n: int, episodes: int, budget: int) -> tuple[int
     if unit % per:
         raise SystemExit(f"{method}: {per} messages per stage do not divide the unit {unit}")
     return budget * unit // per, unit // per
+
+
+def schedule(method: str, n: int, cfg) -> tuple[int, list[int]]:
+    """``(units, evaluated units)`` of a run: the stages (ours) or prompts (CoMLRL) at
+    ``cfg.budget`` units of ``n² · episodes`` sampled messages, and after which of them the
+    held-out evaluation runs: after every unit for ours (:func:`study_schedule`), at the prompt
+    count nearest to every unit for CoMLRL (as the issue-21 study's grid)."""
+    if method != "comlrl":
+        stages, every = study_schedule(method, n, cfg.prompts * cfg.group_size, cfg.budget)
+        return stages, list(range(every, stages + 1, every))
+    unit, per = n * n * cfg.prompts * cfg.group_size, messages_per_unit(method, n, cfg)
+    units = max(1, round(cfg.budget * unit / per))
+    return units, sorted({min(units, max(1, round(j * unit / per)))
+                          for j in range(1, cfg.budget + 1)})
 
 
 def study_config(**kw):
@@ -317,82 +365,497 @@ def study_config(**kw):
     return RelayStudyConfig(**{**base, **kw})
 
 
-def run_study(method: str, n: int, seed: int, out: Path, resume: bool, budget: int,
-              lr: float | None = None, **settings) -> Path:
-    """One run of the study into ``out/n{n}/{method}_s{seed}`` through ``sat train``
-    (:func:`experiments.llm_team_learning.run_ours`: resumable, ``study.json``), with drift
-    logging for our methods; ``settings``: :func:`study_config` fields (e.g. a tiny model
-    in the smoke test)."""
-    from dataclasses import replace
+# ------------------------------------------------------------------ runs, names, the queue
+def run_name(n: int, method: str, lr: float, seed: int, tune: bool = False) -> str:
+    """``n{n}/[tune/]{method}_lr{lr}_s{seed}`` (the issue-21 study's names under ``n{n}/``;
+    the single agent's ``n`` is the team size whose budget it gets)."""
+    from experiments.llm_team_learning import run_name as name21
 
+    return f"n{n}/{name21(method, lr, seed, tune)}"
+
+
+def parse_run(name: str) -> tuple[int, bool, str, float, int]:
+    """``(n, tune, method, lr, seed)`` of a run name (:func:`run_name`)."""
+    import re
+
+    m = re.fullmatch(r"n([23])/(tune/)?([a-z-]+)_lr([0-9.e+-]+)_s(\d+)", name)
+    if not m or m.group(3) not in STUDY_METHODS:
+        raise SystemExit(f"not a run of the relay study: {name!r} (methods "
+                         f"{', '.join(STUDY_METHODS)}, n 2 or 3; e.g. {run_name(2, 'sat', 1e-3, 0)})")
+    try:
+        lr = float(m.group(4))
+    except ValueError:
+        raise SystemExit(f"not a learning rate in {name!r}: {m.group(4)!r}") from None
+    return int(m.group(1)), bool(m.group(2)), m.group(3), lr, int(m.group(5))
+
+
+def _finished(d: Path) -> bool:
+    from experiments.llm_team_learning import _finished as finished21
+
+    return finished21(d)
+
+
+def _train(cfg, method: str, n: int, seed: int, d: Path, resume: bool, extra: dict) -> Path:
+    """One run into ``d``: ours through ``sat train`` with drift logging
+    (:func:`experiments.llm_team_learning.run_ours`: resumable), CoMLRL through
+    :func:`experiments.peer_comlrl.run_study_comlrl` (not resumable: starts again), both on
+    :func:`schedule`; ``study.json`` gets ``extra``, the schedule and ``n``."""
     from experiments.llm_team_learning import run_ours
 
-    cfg = study_config(**settings)
+    units, at = schedule(method, n, cfg)
+    extra = dict(extra, n=n, budget=cfg.budget, schedule=at, load_start=os.getloadavg())
+    d.parent.mkdir(parents=True, exist_ok=True)
+    if method in PEERS:
+        from experiments.peer_comlrl import run_study_comlrl
+
+        return run_study_comlrl(cfg, seed, d, n_prompts=units, eval_at=set(at),
+                                meta_extra=extra, n_agents=n)
+    flags, team = METHODS[method]
+    install_drift_logging()
+    return run_ours(cfg, method, seed, d.parent, resume, units, d=d,
+                    flags=[*flags, "--agents", str(n if team else 1),
+                           "--eval-every", str(at[0])],
+                    meta_extra=dict(extra, schedule_every=at[0]))
+
+
+def run_one(cfg, name: str, root: Path, resume: bool, n_validation: int | None = None) -> Path:
+    """One run of the relay study into ``root/name`` (:func:`parse_run`). Tuning runs
+    (``tune/``) hold the training pool's first ``n_validation`` problems out
+    (:data:`experiments.llm_team_learning.N_VALIDATION` = 50 by default), train on the rest
+    and are evaluated on those validation problems; the others train on the whole pool and
+    are evaluated on the held-out set, which no tuning run sees. ``study.json`` records the
+    load average at start and end and the wall seconds over every session."""
+    from dataclasses import replace
+
+    from experiments.llm_team_learning import N_VALIDATION
+    from experiments.study_queue import log_name, wall_clock
+    from sat_theory.metrics import write_json_atomic
+
+    n, tune, method, lr, seed = parse_run(name)
+    cfg = replace(cfg, lr=lr)
+    if tune:
+        v = n_validation or N_VALIDATION
+        if cfg.n_train <= v:
+            raise SystemExit(f"tuning needs more than {v} training problems, got {cfg.n_train}")
+        cfg = replace(cfg, validation=v, heldout="validation", n_train=cfg.n_train - v, n_eval=v)
+    d = root / name
+    # ours resume from a checkpoint; a peer run (or one without a checkpoint) starts again
+    resumed = method not in PEERS and any(d.glob("checkpoint*"))
+    with wall_clock(root / ".logs" / (log_name(name) + ".wall"), resumed) as wall:
+        _train(cfg, method, n, seed, d, resume, dict(run=name, lr=lr, tune=tune))
+        meta = json.loads((d / "study.json").read_text())
+        meta.update(load_end=os.getloadavg(), wall_seconds=wall())
+        write_json_atomic(d / "study.json", meta)
+    return d
+
+
+def run_study(method: str, n: int, seed: int, out: Path, resume: bool, budget: int,
+              lr: float | None = None, **settings) -> Path:
+    """One run into ``out/n{n}/{method}_s{seed}`` at the study's (or the given) learning rate,
+    outside the tuning protocol (a quick look; the study itself is :func:`run_one` through
+    ``--queue``); ``settings``: :func:`study_config` fields (e.g. a tiny model)."""
+    from dataclasses import replace
+
+    cfg = replace(study_config(**settings), budget=budget)
     if lr is not None:
         cfg = replace(cfg, lr=lr)
-    episodes = cfg.prompts * cfg.group_size
-    d = out / f"n{n}" / f"{method}_s{seed}"
-    d.parent.mkdir(parents=True, exist_ok=True)
-    if method in PEERS:  # experiments/peer_comlrl.py renders prompts without the views
-        raise SystemExit("comlrl on relay needs experiments/peer_comlrl.py to render the "
-                         "per-agent views (figures/llm_team_task/README.md)")
-    flags, team = METHODS[method]
-    stages, every = study_schedule(method, n, episodes, budget)
-    install_drift_logging()
-    return run_ours(cfg, method, seed, out, resume, stages, d=d,
-                    flags=[*flags, "--agents", str(n if team else 1), "--eval-every", str(every)],
-                    meta_extra=dict(n=n, budget=budget, schedule_every=every,
-                                    load_start=os.getloadavg()))
+    return _train(cfg, method, n, seed, out / f"n{n}" / f"{method}_s{seed}", resume,
+                  dict(lr=cfg.lr, tune=False))
 
 
-def report(out: Path) -> dict:
-    """Final held-out accuracy per method and n (strict and lenient, mean over seeds) and the
-    paired-bootstrap difference SAT − each other method per seed
-    (:func:`experiments.llm_team_learning.paired_bootstrap`); ``out/summary.json``."""
-    from experiments.llm_team_learning import paired_bootstrap
+def chosen_lr(root: Path, n: int, method: str, grid=None, scoring: str = "lenient"):
+    """The learning rate of ``method`` at team size ``n`` with the highest validation AUC
+    (lenient: the mean accuracy over the evaluations on the validation problems) among its
+    seed-0 tuning runs over ``grid`` (default :data:`experiments.llm_team_learning.LR_GRID`;
+    CoMLRL also at its default 5e-6; ties: the smaller rate); ``None`` until every one of
+    them has finished. Held-out problems are never used."""
+    from experiments.llm_team_learning import COMLRL_DEFAULT_LR, LR_GRID, score_matrix
+    from experiments.study_metrics import curve_metrics
 
-    def final(d: Path, scoring: str) -> dict:
-        files = sorted(d.glob("eval_*.jsonl"), key=lambda f: int(f.stem.split("_")[1]))
-        recs = [json.loads(x) for x in files[-1].read_text().splitlines() if x.strip()]
-        return {int(r["id"]): float(r[scoring if scoring == "strict" else "score"]) for r in recs}
+    grid = tuple(grid or LR_GRID)
+    lrs = (*grid, COMLRL_DEFAULT_LR) if method == "comlrl" else grid
+    auc = {}
+    for lr in lrs:
+        d = root / run_name(n, method, lr, 0, tune=True)
+        if not _finished(d):
+            return None
+        auc[lr] = curve_metrics(score_matrix(d, scoring)[1])["auc"]
+    return max(sorted(auc), key=lambda lr: auc[lr])
 
-    rows = []
-    for nd in sorted(out.glob("n[0-9]*")):
-        runs = {p.name: p for p in nd.iterdir() if (p / "study.json").is_file()}
-        for name, d in sorted(runs.items()):
-            method, seed = name.rsplit("_s", 1)
-            row = dict(n=int(nd.name[1:]), method=method, seed=int(seed))
-            for sc in ("lenient", "strict"):
-                f = final(d, sc)
-                row[sc] = sum(f.values()) / len(f)
-                sat = runs.get(f"sat_s{seed}")
-                if sat is not None and method != "sat":
-                    row[f"sat_minus_{sc}"] = paired_bootstrap(f, final(sat, sc))
-            steps = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
-            drift = [r["stale_frac"] for r in steps if r.get("kind") == "step" and "stale_frac" in r]
-            row["stale_frac_mean"] = sum(drift) / len(drift) if drift else None
-            rows.append(row)
-    (out / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
-    return dict(rows=rows)
+
+def queue_relay(ns=TEAM_SIZES, seeds=SEEDS, grid=None) -> list[str]:
+    """The relay study's queue, in the order it runs: the tuning runs (seed 0, every rate of
+    ``grid`` for every method and n; CoMLRL also at its default), then every method at its
+    chosen rate on every seed (``n{n}/{m}_lr@_s{s}``: resolved once its tuning runs finished)."""
+    from experiments.llm_team_learning import COMLRL_DEFAULT_LR, LR_GRID
+
+    q = []
+    for n in ns:
+        for lr in grid or LR_GRID:
+            q += [run_name(n, m, lr, 0, tune=True) for m in STUDY_METHODS]
+        q.append(run_name(n, "comlrl", COMLRL_DEFAULT_LR, 0, tune=True))
+    for s in seeds:
+        for n in ns:
+            q += [f"n{n}/{m}_lr@_s{s}" for m in STUDY_METHODS]
+    return q
+
+
+def resolve(root: Path, entry: str, grid=None) -> str | None:
+    """A queue entry's run name: ``n{n}/{m}_lr@_s{s}`` becomes the run at the chosen rate
+    once the tuning runs of ``m`` at ``n`` have finished (``None`` before)."""
+    if "_lr@_s" not in entry:
+        return entry
+    head, seed = entry.split("_lr@_s")
+    nd, method = head.split("/")
+    lr = chosen_lr(root, int(nd[1:]), method, grid)
+    return None if lr is None else run_name(int(nd[1:]), method, lr, int(seed))
+
+
+def settings_argv(cfg) -> list[str]:
+    """The command-line flags that give a run process the study settings ``cfg``."""
+    from dataclasses import asdict
+
+    return [x for k, v in asdict(cfg).items() for x in (f"--{k.replace('_', '-')}", str(v))]
+
+
+def run_relay_queue(cfg, root: Path, jobs: int = 2, ns=TEAM_SIZES, seeds=SEEDS, grid=None,
+                    n_validation: int | None = None, poll: float = 10.0, nice: int = 0) -> int:
+    """The whole study (:func:`queue_relay`), ``jobs`` runs at a time, each its own process
+    ``--run NAME --resume`` (under ``nice -n nice`` if ``nice``) with the settings ``cfg`` (one
+    torch thread) and its log in ``root/.logs/``
+    (:func:`experiments.study_queue.run_queue`): finished runs are skipped, a killed run
+    resumes (ours from its checkpoint; CoMLRL starts again), a chosen-rate run waits for its
+    tuning runs. Returns 0 when every run finished."""
+    from experiments.study_queue import run_queue
+
+    def command(name: str) -> list[str]:
+        return [*(["nice", "-n", str(nice)] if nice else []), sys.executable,
+                str(Path(__file__).resolve()), "--study-dir", str(root), "--run", name,
+                "--resume", *settings_argv(cfg),
+                *(["--n-validation", str(n_validation)] if n_validation else [])]
+
+    return run_queue(queue_relay(ns, seeds, grid), lambda e: resolve(root, e, grid), command,
+                     lambda name: _finished(root / name), root / ".logs", jobs, poll)
+
+
+# ------------------------------------------------------------------ the report
+def run_meta(d: Path) -> dict:
+    return json.loads((d / "study.json").read_text())
+
+
+def _cfg_of(meta: dict):
+    from experiments.llm_team_learning import StudyConfig
+
+    st = meta["study"]
+    return study_config(**{k: v for k, v in st.items() if k in StudyConfig.__dataclass_fields__})
+
+
+def budgets(d: Path) -> dict[int, float]:
+    """``{checkpoint k: sampled training messages after it}`` of a run's eval files (``k``
+    stages, or prompts for CoMLRL, times :func:`messages_per_unit`)."""
+    from experiments.llm_team_learning import score_matrix
+
+    meta = run_meta(d)
+    per = messages_per_unit(meta["method"], int(meta["n"]), _cfg_of(meta))
+    return {k: float(k * per) for k in score_matrix(d)[0]}
+
+
+def unit_messages(d: Path) -> int:
+    """One budget unit of a run's team size: ``n² · episodes`` sampled messages."""
+    meta = run_meta(d)
+    cfg = _cfg_of(meta)
+    return int(meta["n"]) ** 2 * cfg.prompts * cfg.group_size
+
+
+def paired(da: Path, db: Path, reps: int = 10000) -> dict:
+    """Run ``a`` against run ``b`` (same team size, same seed: the same held-out problems —
+    checked) on the checkpoints both have on the unit grid
+    (:func:`experiments.study_metrics.common_checkpoints`), under both scorings:
+    ``{scoring: compare_runs(...)}`` (AUC/final/best/drawdown… of ``a − b`` with paired
+    bootstrap CIs, McNemar of the finals; ``matrices``: the two aligned score matrices) and
+    ``checkpoints``."""
+    import numpy as np
+
+    from experiments.llm_team_learning import score_matrix
+    from experiments.study_metrics import common_checkpoints, compare_runs
+
+    prompts = [[json.loads(x)["prompt"] for x in (d / "eval_0.jsonl").read_text().splitlines()
+                if x.strip()] for d in (da, db)]
+    if prompts[0] != prompts[1]:
+        raise ValueError(f"{da} and {db} are not scored on the same problems")
+    rows = common_checkpoints([budgets(da), budgets(db)], unit_messages(da))
+    out = dict(checkpoints=rows)
+    for sc in SCORINGS:
+        (ka, Sa), (kb, Sb) = score_matrix(da, sc), score_matrix(db, sc)
+        ia = np.array([ka.index(r[0]) for r in rows])
+        ib = np.array([kb.index(r[1]) for r in rows])
+        out[sc] = dict(compare_runs(Sa[ia], Sb[ib], reps=reps), matrices=(Sa[ia], Sb[ib]))
+    return out
+
+
+def drift_summary(d: Path, n: int) -> dict:
+    """A run's drift (item 4) from its step records: ``stale_frac[i]``, the mean fraction of
+    agent ``i``'s training contexts that the current upstream agents give < 1/2 of their
+    generating probability (``i = 1 … n−1``, 0-based successor positions), and
+    ``drift_kl[k]``, the mean exact KL of upstream agent ``k`` (``k = 0 … n−2``) from its
+    stage-start adapter, measured at the last agent's updates (whose contexts hold every
+    upstream message)."""
+    import numpy as np
+
+    from sat_theory.metrics import read_metrics
+
+    steps = [r for r in read_metrics(d) if r["kind"] == "step" and "stale_frac" in r]
+    stale = {i: [r["stale_frac"] for r in steps if r["agent"] == i] for i in range(1, n)}
+    kl = {k: [r["drift_kl"][k] for r in steps if r["agent"] == n - 1
+              and r["drift_kl"][k] is not None] for k in range(n - 1)}
+    return dict(stale_frac={i: float(np.mean(v)) if v else None for i, v in stale.items()},
+                drift_kl={k: float(np.mean(v)) if v else None for k, v in kl.items()},
+                steps=len(steps))
+
+
+def _ci(t) -> str:
+    """``+v [lo, hi]`` of a ``(value, lo, hi)`` difference, in points (× 100)."""
+    return f"{100 * t[0]:+.1f} [{100 * t[1]:+.1f}, {100 * t[2]:+.1f}]"
+
+
+def _acc(t) -> str:
+    return f"{t[0]:.3f} [{t[1]:.3f}, {t[2]:.3f}]"
+
+
+NYR = "not yet run"
+HEADLINE = ("auc", "final", "best", "drawdown")
+
+
+def report(out: Path, grid=None, reps: int = 10000) -> dict:
+    """The relay study's tables from the run folders under ``out`` (``--report``), written to
+    ``out/study.md`` and ``out/summary.json``; a cell whose run has not finished reads "not
+    yet run":
+
+    - **tuning**: validation AUC (lenient / strict, bootstrap CI) per method, n and rate; the
+      chosen rate (:func:`chosen_lr`);
+    - **main**: per n, method and seed at the chosen rate: AUC, final, best and drawdown
+      under both scorings with bootstrap 95% CIs over the held-out problems;
+    - **SAT − other** per n (naive and joint first, then no-tr, CoMLRL and the single agent):
+      the same metrics as paired differences per seed on the common checkpoints
+      (:func:`paired`; McNemar p of the finals) and their mean over the seeds both have
+      (stratified paired bootstrap, :func:`experiments.study_metrics.bootstrap_pooled`);
+    - **drift vs gap** (item 4): per n and seed, naive's and SAT's ``stale_frac`` per successor
+      position and ``drift_kl`` per upstream position (:func:`drift_summary`) next to the
+      SAT − naive AUC and final gaps (lenient); over the (n, seed) points, Pearson's r of the
+      gap with naive's last-agent ``stale_frac``.
+
+    ``rows``: one per finished non-tuning run (final accuracies; SAT − it at the final, against
+    the SAT run of the same n, seed and rate)."""
+    import numpy as np
+
+    from experiments.llm_team_learning import COMLRL_DEFAULT_LR, LR_GRID, score_matrix
+    from experiments.study_metrics import bootstrap, bootstrap_pooled
+    from sat_theory.metrics import write_json_atomic
+
+    grid = tuple(grid or LR_GRID)
+    runs = {}
+    for meta_path in sorted(out.rglob("study.json")):
+        d = meta_path.parent
+        if _finished(d) and "n" in (meta := run_meta(d)):
+            runs[d.relative_to(out).as_posix()] = meta
+    chosen = {(n, m): chosen_lr(out, n, m, grid) for n in TEAM_SIZES for m in STUDY_METHODS}
+
+    def main_run(n, m, s) -> Path | None:
+        lr = chosen[(n, m)]
+        name = None if lr is None else run_name(n, m, lr, s)
+        return out / name if name in runs else None
+
+    md = ["# relay study (issue 22 item 3)", "",
+          "Generated by `experiments/llm_team_task.py --report` from the run folders here.", ""]
+    data = dict(chosen={}, tuning={}, main={}, diff={}, drift={}, rows=[])
+    # tuning
+    md += ["## Learning rates chosen on the validation problems (seed 0)", "",
+           "Validation AUC, lenient / strict (accuracy, bootstrap 95% CI over the validation "
+           "problems); the chosen rate has the highest lenient validation AUC.", ""]
+    lrs = (*grid, COMLRL_DEFAULT_LR)
+    for n in TEAM_SIZES:
+        md += [f"**n = {n}**", "", "| method | " + " | ".join(f"lr {lr:g}" for lr in lrs)
+               + " | chosen |", "|---|" + "---|" * (len(lrs) + 1)]
+        for m in STUDY_METHODS:
+            cells = []
+            for lr in lrs:
+                if lr == COMLRL_DEFAULT_LR and m != "comlrl":
+                    cells.append("—")
+                    continue
+                name = run_name(n, m, lr, 0, tune=True)
+                if name not in runs:
+                    cells.append(NYR)
+                    continue
+                auc = {sc: bootstrap(score_matrix(out / name, sc)[1], reps=reps)["auc"]
+                       for sc in SCORINGS}
+                data["tuning"][name] = auc
+                cells.append(f"{_acc(auc['lenient'])} / {_acc(auc['strict'])}")
+            c = chosen[(n, m)]
+            data["chosen"][f"n{n}/{m}"] = c
+            md.append(f"| {m} | " + " | ".join(cells) + " | "
+                      + ("not yet (tuning runs missing)" if c is None else f"{c:g}") + " |")
+        md.append("")
+    # main runs
+    md += ["## Held-out curves at the chosen rates", "",
+           "Accuracy on the held-out problems (bootstrap 95% CI over problems) on the common "
+           "schedule: an evaluation after every unit of n² · 32 sampled messages.", ""]
+    head = ("| method | lr | seed | "
+            + " | ".join(f"{h} {sc}" for sc in SCORINGS for h in HEADLINE) + " |")
+    for n in TEAM_SIZES:
+        md += [f"**n = {n}**", "", head, "|---|---|---|" + "---|" * 8]
+        for m in STUDY_METHODS:
+            for s in SEEDS:
+                d, lr = main_run(n, m, s), chosen[(n, m)]
+                if d is None:
+                    md.append(f"| {m} | {'?' if lr is None else f'{lr:g}'} | {s} | "
+                              + " | ".join([NYR] * 8) + " |")
+                    continue
+                b = {sc: bootstrap(score_matrix(d, sc)[1], reps=reps) for sc in SCORINGS}
+                data["main"][f"n{n}/{m}/s{s}"] = b
+                md.append(f"| {m} | {lr:g} | {s} | " + " | ".join(
+                    _acc(b[sc][h]) for sc in SCORINGS for h in HEADLINE) + " |")
+        md.append("")
+    # SAT − other
+    md += ["## SAT − other method, paired on the same held-out problems", "",
+           "Points, paired bootstrap 95% CI over problems on the checkpoints both runs share; "
+           "McNemar's exact p of the finals; 'mean' is over the seeds both have (stratified "
+           "paired bootstrap).", ""]
+    dhead = ("| SAT − | seed | " + " | ".join(f"{h} {sc}" for sc in SCORINGS for h in HEADLINE)
+             + " | McNemar p (lenient / strict) |")
+    for n in TEAM_SIZES:
+        md += [f"**n = {n}**", "", dhead, "|---|---|" + "---|" * 9]
+        for m in OTHERS:
+            pairs = {sc: [] for sc in SCORINGS}
+            for s in SEEDS:
+                da, db = main_run(n, "sat", s), main_run(n, m, s)
+                if da is None or db is None:
+                    md.append(f"| {m} | {s} | " + " | ".join([NYR] * 9) + " |")
+                    continue
+                ps = paired(da, db, reps=reps)
+                for sc in SCORINGS:
+                    pairs[sc].append(ps[sc].pop("matrices"))
+                data["diff"][f"n{n}/{m}/s{s}"] = ps
+                md.append(f"| {m} | {s} | " + " | ".join(
+                    _ci(ps[sc]["diff"][h]) for sc in SCORINGS for h in HEADLINE)
+                    + f" | {ps['lenient']['mcnemar_p']:.2g} / {ps['strict']['mcnemar_p']:.2g} |")
+            if pairs["lenient"]:
+                pooled = {sc: bootstrap_pooled(pairs[sc], reps=reps) for sc in SCORINGS}
+                data["diff"][f"n{n}/{m}/mean"] = pooled
+                md.append(f"| {m} | mean of {len(pairs['lenient'])} | " + " | ".join(
+                    _ci(pooled[sc][h]) for sc in SCORINGS for h in HEADLINE) + " | |")
+            else:
+                md.append(f"| {m} | mean | " + " | ".join([NYR] * 8) + " | |")
+        md.append("")
+    # drift vs gap
+    md += ["## Drift of the upstream agents vs the SAT − naive gap (item 4)", "",
+           "`stale_frac[i]`: mean fraction of agent i's training contexts (0-based, i ≥ 1) whose "
+           "upstream messages the current upstream agents give < 1/2 of their generating "
+           "probability (0 for SAT's fresh batches); `drift_kl[k]`: mean exact KL of upstream "
+           "agent k from its stage-start adapter at the last agent's updates. Gap: SAT − naive, "
+           "lenient, points [paired 95% CI].", ""]
+    points = []
+    for n in TEAM_SIZES:
+        cols = ([f"naive stale_frac[{i}]" for i in range(1, n)]
+                + [f"{m} drift_kl[{k}]" for m in ("naive", "sat") for k in range(n - 1)])
+        md += [f"**n = {n}**", "", "| seed | " + " | ".join(cols) + " | gap AUC | gap final |",
+               "|---|" + "---|" * (len(cols) + 2)]
+        for s in SEEDS:
+            dn, ds = main_run(n, "naive", s), main_run(n, "sat", s)
+            if dn is None or ds is None:
+                md.append(f"| {s} | " + " | ".join([NYR] * (len(cols) + 2)) + " |")
+                continue
+            fn, fs = drift_summary(dn, n), drift_summary(ds, n)
+            gap = data["diff"][f"n{n}/naive/s{s}"]["lenient"]["diff"]
+            data["drift"][f"n{n}/s{s}"] = dict(naive=fn, sat=fs, gap_auc=gap["auc"],
+                                                gap_final=gap["final"])
+            vals = ([fn["stale_frac"][i] for i in range(1, n)]
+                    + [f["drift_kl"][k] for f in (fn, fs) for k in range(n - 1)])
+            md.append(f"| {s} | " + " | ".join("—" if v is None else f"{v:.3g}" for v in vals)
+                      + f" | {_ci(gap['auc'])} | {_ci(gap['final'])} |")
+            if fn["stale_frac"][n - 1] is not None:
+                points.append((n, s, fn["stale_frac"][n - 1], gap["auc"][0], gap["final"][0]))
+        md.append("")
+    if len(points) >= 3 and len({p[2] for p in points}) > 1:
+        x = np.array([p[2] for p in points])
+        r_auc = float(np.corrcoef(x, [p[3] for p in points])[0, 1])
+        r_fin = float(np.corrcoef(x, [p[4] for p in points])[0, 1])
+        data["relation"] = dict(points=points, pearson_auc=r_auc, pearson_final=r_fin)
+        md.append(f"Over {len(points)} (n, seed) points, Pearson's r of naive's last-agent "
+                  f"stale_frac with the SAT − naive gap: {r_auc:+.2f} (AUC), {r_fin:+.2f} (final).")
+    else:
+        data["relation"] = None
+        md.append("Relation over the (n, seed) points: not yet run (needs at least 3 pairs).")
+    # rows: every finished non-tuning run
+    for name, meta in sorted(runs.items()):
+        if meta.get("tune"):
+            continue
+        d, n, s = out / name, int(meta["n"]), int(meta["seed"])
+        row = dict(run=name, n=n, method=meta["method"], seed=s, lr=meta.get("lr"))
+        for sc in SCORINGS:
+            row[sc] = float(score_matrix(d, sc)[1][-1].mean())
+        sat = [out / k for k, v in runs.items() if v["method"] == "sat" and not v.get("tune")
+               and int(v["n"]) == n and int(v["seed"]) == s and v.get("lr") == meta.get("lr")]
+        if meta["method"] != "sat" and len(sat) == 1:
+            ps = paired(sat[0], d, reps=reps)
+            for sc in SCORINGS:
+                row[f"sat_minus_{sc}"] = ps[sc]["diff"]["final"]
+        st = drift_summary(d, n)["stale_frac"] if meta["method"] in METHODS else {}
+        vals = [v for v in st.values() if v is not None]
+        row["stale_frac_mean"] = float(np.mean(vals)) if vals else None
+        data["rows"].append(row)
+    (out / "study.md").write_text("\n".join(md) + "\n")
+    write_json_atomic(out / "summary.json", data)
+    return data
+
+
+def _csv(kind):
+    def parse(text: str):
+        try:
+            return tuple(kind(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a comma list of {kind.__name__}: {text!r}") from None
+    return parse
 
 
 def main(argv=None) -> int:
+    from dataclasses import asdict, fields
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--checks", action="store_true", help="the pre-study checks")
     ap.add_argument("--only", default=None, help="comma list of check names (default: all)")
-    ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--n-eval", type=int, default=CHECK_SETTINGS["n_eval"])
-    ap.add_argument("--method", choices=[*METHODS, *PEERS], default=None)
+    ap.add_argument("--out", type=Path, default=OUT, help="the checks' folder")
+    ap.add_argument("--study-dir", type=Path, default=None,
+                    help="the study's folder (default: OUT/study)")
+    ap.add_argument("--run", default=None, metavar="NAME",
+                    help="one run of the study, e.g. n2/sat_lr0.001_s0 or n3/tune/comlrl_lr5e-06_s0")
+    ap.add_argument("--queue", action="store_true",
+                    help="the whole study: tuning runs first, then every method at its chosen "
+                         "rate on every seed, --jobs at a time, resumable")
+    ap.add_argument("--jobs", type=int, default=2, help="--queue: runs at a time")
+    ap.add_argument("--nice", type=int, default=0, help="--queue: niceness of each run process")
+    ap.add_argument("--poll", type=float, default=10.0, help="--queue: seconds between checks")
+    ap.add_argument("--ns", type=_csv(int), default=TEAM_SIZES, help="--queue: team sizes")
+    ap.add_argument("--seeds", type=_csv(int), default=SEEDS, help="--queue: seeds")
+    ap.add_argument("--lr-grid", type=_csv(float), default=None,
+                    help="--queue/--report: tuning rates (default: the issue-21 grid)")
+    ap.add_argument("--n-validation", type=int, default=None,
+                    help="validation problems of a tuning run (default 50)")
+    ap.add_argument("--method", choices=[*METHODS, *PEERS], default=None,
+                    help="one run outside the tuning protocol (a quick look)")
     ap.add_argument("--agents", type=int, choices=(2, 3), default=2)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--budget", type=int, default=12,
-                    help="units of one n-agent SAT stage (n^2 x 32 sampled messages)")
-    ap.add_argument("--lr", type=float, default=None, help="learning rate (default: study's)")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--report", action="store_true")
+    base = study_config()
+    for f in fields(base):
+        v = getattr(base, f.name)
+        ap.add_argument(f"--{f.name.replace('_', '-')}", type=type(v), default=v,
+                        help=f.metadata.get("help"))
     args = ap.parse_args(argv)
+    cfg = study_config(**{f.name: getattr(args, f.name) for f in fields(base)})
+    root = args.study_dir or args.out / "study"
     if args.checks:
         settings = dict(CHECK_SETTINGS, n_eval=args.n_eval)
         s = run_checks(args.out, settings, args.only.split(",") if args.only else None)
@@ -400,15 +863,27 @@ def main(argv=None) -> int:
             print(f"{name:8s} lenient {row['lenient']:.3f} strict {row['strict']:.3f}"
                   + (f" chance {row['chance']:.3f}" if "chance" in row else ""))
         return 0
+    if bad := [n for n in args.ns if n not in TEAM_SIZES]:
+        ap.error(f"--ns: team sizes are 2 and 3, got {bad}")
+    if args.queue:
+        return run_relay_queue(cfg, root, args.jobs, args.ns, args.seeds, args.lr_grid,
+                               args.n_validation, poll=args.poll, nice=args.nice)
+    if args.run:
+        try:
+            parse_run(args.run)
+        except SystemExit as e:
+            ap.error(str(e))
+        run_one(cfg, args.run, root, args.resume, args.n_validation)
+        return 0
     if args.method:
-        run_study(args.method, args.agents, args.seed, args.out / "study", args.resume,
-                  args.budget, args.lr)
+        run_study(args.method, args.agents, args.seed, root, args.resume, cfg.budget,
+                  **{k: v for k, v in asdict(cfg).items() if k != "budget"})
         return 0
     if args.report:
-        for r in report(args.out / "study")["rows"]:
-            print(r)
-        return 0
-    ap.error("give --checks, --method or --report")
+        data = report(root, args.lr_grid)
+        print((root / "study.md").read_text())
+        return 0 if data["rows"] else 1
+    ap.error("give --checks, --run, --queue, --method or --report")
     return 2
 
 

@@ -16,6 +16,8 @@ Intervals: a paired bootstrap over problems (:func:`bootstrap`): the same resamp
 indices are applied to every checkpoint of both runs, so the problem-difficulty variance
 cancels in a difference; the 95% percentile interval of ``metric(A[:, idx]) −
 metric(B[:, idx])``. Finals are also compared by McNemar's exact test (:func:`mcnemar_exact`).
+Over seeds (:func:`bootstrap_pooled`): the mean of the per-seed differences, its interval from
+resampling the problems of each seed independently (a stratified paired bootstrap).
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ import math
 
 import numpy as np
 
-__all__ = ["curve_metrics", "METRICS", "bootstrap", "mcnemar_exact", "compare_runs",
-           "common_checkpoints"]
+__all__ = ["curve_metrics", "METRICS", "bootstrap", "bootstrap_pooled", "mcnemar_exact",
+           "compare_runs", "common_checkpoints"]
 
 #: metric name -> function of the accuracy curves ``acc`` (..., K) -> (...)
 METRICS = {
@@ -73,6 +75,33 @@ def bootstrap(S_a, S_b=None, *, reps: int = 10000, seed: int = 0) -> dict[str, t
         draws = f(boot_a) - (0.0 if boot_b is None else f(boot_b))
         lo, hi = np.percentile(draws, [2.5, 97.5])
         out[name] = (float(value), float(lo), float(hi))
+    return out
+
+
+def bootstrap_pooled(pairs, *, reps: int = 10000, seed: int = 0) -> dict[str, tuple]:
+    """``{metric: (value, lo, hi)}`` over ``P`` paired runs (one pair ``(S_a, S_b)`` per seed;
+    each pair on its own problems and checkpoints): ``value = (1/P) Σ_p [metric(A_p) −
+    metric(B_p)]`` and the 95% percentile interval of that mean when every seed's problems
+    are resampled with replacement independently (a stratified paired bootstrap: the
+    problem-difficulty variance cancels within each pair, the seeds stay fixed strata)."""
+    if not pairs:
+        raise ValueError("need at least one pair of runs")
+    rng = np.random.default_rng(seed)
+    values = {name: [] for name in METRICS}
+    draws = {name: np.zeros(reps) for name in METRICS}
+    for S_a, S_b in pairs:
+        A, B = _matrix(S_a), _matrix(S_b)
+        if B.shape != A.shape:
+            raise ValueError(f"paired runs need the same checkpoints and problems: {A.shape} vs {B.shape}")
+        idx = rng.integers(0, A.shape[1], size=(reps, A.shape[1]))
+        boot_a, boot_b = A[:, idx].mean(-1).T, B[:, idx].mean(-1).T
+        for name, f in METRICS.items():
+            values[name].append(f(A.mean(1)) - f(B.mean(1)))
+            draws[name] += (f(boot_a) - f(boot_b)) / len(pairs)
+    out = {}
+    for name in METRICS:
+        lo, hi = np.percentile(draws[name], [2.5, 97.5])
+        out[name] = (float(np.mean(values[name])), float(lo), float(hi))
     return out
 
 

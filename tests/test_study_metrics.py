@@ -73,3 +73,22 @@ def test_common_checkpoints_on_the_message_grid():
     assert [r[2] for r in rows] == [0, 3, 6, 10, 13, 16, 19, 22, 26, 29, 32, 35, 38]
     sparse = {0: 0, 8: 256}  # a run evaluated every 8 stages shares only 0 and 256 messages
     assert common_checkpoints([single, sparse], 128) == [[0, 0], [8, 8]]
+
+
+def test_pooled_bootstrap_is_the_mean_of_the_seeds_with_an_explicit_stratified_loop():
+    from experiments.study_metrics import bootstrap_pooled
+
+    rng = np.random.default_rng(5)
+    pairs = [tuple(rng.integers(0, 2, size=(3, m)) for _ in range(2)) for m in (20, 31)]
+    got = bootstrap_pooled(pairs, reps=300, seed=2)
+    r = np.random.default_rng(2)
+    idx = [r.integers(0, A.shape[1], size=(300, A.shape[1])) for A, _ in pairs]
+    for name in ("auc", "final", "best", "drawdown"):
+        value = np.mean([curve_metrics(A)[name] - curve_metrics(B)[name] for A, B in pairs])
+        draws = [np.mean([curve_metrics(A[:, i[k]])[name] - curve_metrics(B[:, i[k]])[name]
+                          for (A, B), i in zip(pairs, idx, strict=True)]) for k in range(300)]
+        lo, hi = np.percentile(draws, [2.5, 97.5])
+        assert got[name] == pytest.approx((value, lo, hi), abs=1e-12), name
+    # one pair: the plain paired bootstrap
+    assert bootstrap_pooled(pairs[:1], reps=300, seed=2) == pytest.approx(
+        bootstrap(*pairs[0], reps=300, seed=2))
