@@ -261,7 +261,7 @@ def shared_prefixes(contexts) -> list[int] | None:
 
 
 def score_logits(model, contexts, messages, *, pad_id: int, temperature: float = 1.0,
-                 dtype=torch.float32, share_prefix: bool = False):
+                 dtype=torch.float32, share_prefix: bool = False, also_float64: bool = False):
     """Teacher-forced ``(logp (B,T,V), tokens (B,T), mask (B,T))``: ``logp[b,u]`` is the full
     ``log softmax(logits/τ)`` predicting message token ``u`` of row ``b`` (``T`` = longest
     message); ``mask`` is 1 on real message tokens. Gradients flow if enabled. ``dtype``
@@ -274,7 +274,11 @@ def score_logits(model, contexts, messages, *, pad_id: int, temperature: float =
     part, see :func:`shared_prefixes`) are run once, and each row runs only the rest of its
     context and its message against the gathered KV cache (:func:`_shared_prefix_logits`);
     the same log-probabilities up to float roundoff. When nothing is shared (or a context
-    has a single token) it is the plain pass."""
+    has a single token) it is the plain pass.
+
+    ``also_float64``: also return, as a fourth element, the float64 ``log softmax`` of the same
+    logits, detached — exactly what a no-grad ``dtype=torch.float64`` call on the same rows
+    computes (one forward serves as both, e.g. an update's first pass at the reference)."""
     dev = model_device(model)
     tokens, mask, T = (x.to(dev) if torch.is_tensor(x) else x for x in _message_rows(messages))
     ks = shared_prefixes(contexts) if share_prefix and T > 0 else None
@@ -286,11 +290,20 @@ def score_logits(model, contexts, messages, *, pad_id: int, temperature: float =
         pos = (starts[:, None] + torch.arange(T)[None, :] - 1).clamp(min=0, max=ids.shape[1] - 1)
         sel = _logits_at(model, pos.to(dev), input_ids=ids.to(dev),
                          attention_mask=attn.to(dev))  # (B, T, V)
-    x = sel.to(dtype)
+    logp = _log_softmax(sel, dtype, temperature)
+    if also_float64:
+        with torch.no_grad():
+            return logp, tokens * mask, mask.to(logp.dtype), _log_softmax(sel.detach(),
+                                                                          torch.float64, temperature)
+    return logp, tokens * mask, mask.to(logp.dtype)
+
+
+def _log_softmax(logits: torch.Tensor, dtype, temperature: float) -> torch.Tensor:
+    """``log softmax(logits / τ)`` over the vocabulary in ``dtype``."""
+    x = logits.to(dtype)
     if float(temperature) != 1.0:  # x / 1 == x exactly: skip a pass over (B, T, V)
         x = x / float(temperature)
-    logp = torch.log_softmax(x, dim=-1)
-    return logp, tokens * mask, mask.to(logp.dtype)
+    return torch.log_softmax(x, dim=-1)
 
 
 def _shared_prefix_logits(model, contexts, ks, messages, T: int, pad_id: int):

@@ -351,20 +351,20 @@ def in_chunks(n: int, size: int, fn, *, what: str, device=None) -> tuple[list, i
 
 
 def _rows(chunks: list, a: int, b: int, T: int) -> tuple:
-    """Rows ``[a, b)`` with ``T`` token columns of row-chunked ``(logp (B,T,V), tokens,
-    mask)`` triples ``chunks = [(start, end, triple), ...]``: the chunk itself when it is
-    exactly those rows (no copy), else the rows gathered and padded (masked columns)."""
+    """Rows ``[a, b)`` with ``T`` token columns of row-chunked tuples of ``(B,T,V)`` or
+    ``(B,T)`` tensors (the reference pass: ``(logp, tokens, mask, p_ref)``),
+    ``chunks = [(start, end, tuple), ...]``: the chunk itself when it is exactly those rows
+    (no copy), else the rows gathered and padded (masked columns)."""
     for s, e, c in chunks:
         if (s, e) == (a, b) and c[0].shape[1] == T:
             return c
     parts = []
-    for s, e, (lp, tok, m) in chunks:
+    for s, e, c in chunks:
         lo, hi = max(a, s), min(b, e)
         if lo < hi:
-            pad = max(T - lp.shape[1], 0)
-            lp_, tok_, m_ = (torch.nn.functional.pad(x[lo - s:hi - s], (0, 0, 0, pad) if x.dim() == 3
-                                                     else (0, pad))[:, :T] for x in (lp, tok, m))
-            parts.append((lp_, tok_, m_))
+            pad = max(T - c[0].shape[1], 0)
+            parts.append(tuple(torch.nn.functional.pad(x[lo - s:hi - s], (0, 0, 0, pad) if x.dim() == 3
+                                                       else (0, pad))[:, :T] for x in c))
     return tuple(torch.cat(x) for x in zip(*parts, strict=True))
 
 
@@ -736,41 +736,73 @@ class LLMTeam(EpisodeLoop):
         turns = [t for _, t in batch.turns_of(agent)]
         return [t.context.ids for t in turns], [t.action for t in turns], np.array([t.logp for t in turns])
 
-    def _ref_logps(self, agent: int, batch: Batch, reference: AgentSnapshot, ctxs, msgs):
-        """Reference log-probabilities (full vocabulary, float64) as row chunks ``[(start,
-        end, (logp, tokens, mask)), ...]`` of the agent's micro-batch size (read them with
-        :func:`_rows`), cached for the current (batch, agent, reference) triple."""
+    def _ref_logps(self, agent: int, batch: Batch, reference: AgentSnapshot, ctxs, msgs,
+                   defer=frozenset()):
+        """Reference log-probabilities (full vocabulary, float64) as row chunks ``[[start,
+        end, (logp, tokens, mask, p_ref = exp(logp))], ...]`` of the agent's micro-batch size
+        (read them with :func:`_rows`), cached for the current (batch, agent, reference)
+        triple: backtracking retries and the monitor reuse them, ``p_ref`` included (each
+        KL would otherwise exponentiate the same (B,T,V) float64 tensor again).
+
+        ``defer``: row ranges ``(a, b)`` left as ``[a, b, None]`` for the caller to fill with
+        :meth:`_ref_chunk` from a forward it runs anyway at the reference weights (the
+        update's first minibatch, :meth:`update`); a later call without ``defer`` computes
+        any range still missing."""
         key = (id(batch), batch.rollout_id, agent, id(reference), reference.version)
         if self._ref_cache is not None and self._ref_cache[0] == key:
-            return self._ref_cache[1]
+            out = self._ref_cache[1]
+            if defer or all(c[2] is not None for c in out):
+                return out
+        else:
+            out = None
         self._set_weights(agent, reference.weights, adapter="ref")
         model = self._activate(agent, "ref")
         pad = self.tokenizer(agent).pad_token_id
+        done = {(c[0], c[1]): c for c in out or () if c[2] is not None}
 
         @torch.no_grad()
         def run(a, b):
-            return a, b, score_logits(model, ctxs[a:b], msgs[a:b], pad_id=pad,
-                                      temperature=self.cfg.temperature, dtype=torch.float64,
-                                      share_prefix=True)
+            if (a, b) in done:
+                return done[(a, b)]
+            if (a, b) in defer:
+                return [a, b, None]
+            return [a, b, self._ref_chunk(score_logits(
+                model, ctxs[a:b], msgs[a:b], pad_id=pad, temperature=self.cfg.temperature,
+                dtype=torch.float64, share_prefix=True))]
 
         out = self._chunked(agent, len(ctxs), run, "reference scoring")
         self._ref_cache = (key, out)
         return out
+
+    @staticmethod
+    @torch.no_grad()
+    def _ref_chunk(scored: tuple) -> tuple:
+        """A reference-cache entry from a float64 ``score_logits`` triple."""
+        logp, toks, mask = scored
+        return logp, toks, mask, logp.exp()
 
     def _minibatch_loss(self, agent: int, ctxs, msgs, beh, adv, ref_mb, beta: float, M: int):
         """``(loss, seq_logp, kl, surr)`` of one minibatch at the current adapter:
         ``loss = −(Σ_m surr_m − β Σ_m KL̂_exact(m)) / M`` (so a pass over the batch sums to
         ``−L^clip + β·mean KL̂``), ``surr_m`` in the configured ratio form (:mod:`sat_llm.loss`;
         ``beh``: summed behaviour log-probs for ``sequence``; ``token`` takes its old per-token
-        log-probs from the reference pass ``ref_mb = (logp, tokens, mask)``)."""
-        lp_ref, toks_ref, mask_ref = ref_mb
+        log-probs from the reference pass ``ref_mb = (logp, tokens, mask, p_ref)``).
+        ``ref_mb=None``: the adapter is at the reference weights, and this forward's logits
+        (in float64, detached) are the reference pass of these rows; the entry is returned as
+        a fifth element (:meth:`update` caches it)."""
         # shared context prefixes run once here too: autograd sums the gradient of
         # each repeated KV cache over its rows (same loss and gradient up to roundoff)
         # (with gradient checkpointing the layers drop any KV cache: no shared prefixes then)
-        logp, toks, mask = score_logits(self._activate(agent), ctxs, msgs,
-                                        pad_id=self.tokenizer(agent).pad_token_id,
-                                        temperature=self.cfg.temperature,
-                                        share_prefix=not self.cfg.grad_checkpointing)
+        scored = score_logits(self._activate(agent), ctxs, msgs,
+                              pad_id=self.tokenizer(agent).pad_token_id,
+                              temperature=self.cfg.temperature,
+                              share_prefix=not self.cfg.grad_checkpointing,
+                              also_float64=ref_mb is None)
+        logp, toks, mask = scored[:3]
+        made = None
+        if ref_mb is None:  # the same logits a no-grad float64 reference pass computes
+            made = ref_mb = self._ref_chunk((scored[3], toks.detach(), mask.double()))
+        lp_ref, toks_ref, mask_ref, p_ref = ref_mb
         tok = message_logprobs(logp, toks, mask)
         seq = tok.sum(-1)
         if self.cfg.ratio == "token":
@@ -778,8 +810,13 @@ class LLMTeam(EpisodeLoop):
             surr = token_clipped_surrogate(tok, old, mask, adv, self.cfg.eps_w)
         else:
             surr = clipped_surrogate(seq, beh, adv, self.cfg.eps_w)
-        klv = sequence_kl(lp_ref, logp.double(), mask.double()).float()
-        return -(surr.sum() - float(beta) * klv.sum()) / M, seq, klv, surr
+        # β that rounds to 0 in float32 (the loss's dtype; e.g. β = 1e-300 for plain GRPO)
+        # adds exactly 0 to loss and gradient: the KL is then measured, not differentiated
+        with torch.set_grad_enabled(torch.is_grad_enabled()
+                                    and float(torch.tensor(float(beta), dtype=torch.float32)) != 0):
+            klv = sequence_kl(lp_ref, logp.double(), mask.double(), p_ref).float()
+        loss = -(surr.sum() - float(beta) * klv.sum()) / M
+        return (loss, seq, klv, surr) if made is None else (loss, seq, klv, surr, made)
 
     def loss(self, agent: int, batch: Batch, advantages, beta: float,
              reference: AgentSnapshot) -> torch.Tensor:
@@ -840,13 +877,24 @@ class LLMTeam(EpisodeLoop):
                         lr=self.cfg.lr * float(step_scale))
             self.last_update[agent] = info
             return info
-        refs = self._ref_logps(agent, batch, reference, ctxs, msgs)
+        mb = self.cfg.minibatch
+        # at the reference weights (the step's first try: the snapshot was taken just now) the
+        # first minibatch's forward is the reference pass of its rows: those rows are not
+        # scored twice (the same logits, so the same numbers)
+        at_ref = self._version[agent] == reference.version and not self.cfg.grad_checkpointing
+        e0, micro = min(mb, M), self._micro[agent]
+        defer = frozenset((a, min(a + micro, e0)) for a in range(0, e0, micro)
+                          if min(a + micro, e0) == min(a + micro, M)) if at_ref else frozenset()
+        refs = self._ref_logps(agent, batch, reference, ctxs, msgs, defer=defer)
+
+        def fill():  # the reference pass of any rows still missing, in place
+            refs[:] = self._ref_logps(agent, batch, reference, ctxs, msgs)
+
         opt = self._opt[agent]
         for g in opt.param_groups:
             g["lr"] = self.cfg.lr * float(step_scale)
         params = list(self._params(agent).values())
         adv, behT = self._on_device(agent, advantages, beh)
-        mb = self.cfg.minibatch
         steps, loss_sum, kl_sum, surr_sum, gnorm = 0, 0.0, 0.0, 0.0, 0.0
         clip_fracs = []
         model = self._model(agent)
@@ -859,7 +907,10 @@ class LLMTeam(EpisodeLoop):
                 for s in range(0, M, mb):
                     e = min(s + mb, M)
                     loss, seq, klv, surr = self._accumulate(agent, ctxs, msgs, behT, adv, refs,
-                                                            beta, M, s, e)
+                                                            beta, M, s, e, at_ref=steps == 0,
+                                                            fill=fill)
+                    if any(c[2] is None for c in refs):
+                        fill()
                     gnorm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip))
                     opt.step()
                     steps += 1
@@ -871,6 +922,8 @@ class LLMTeam(EpisodeLoop):
         finally:
             bar.close()
             model.eval()
+            if any(c[2] is None for c in refs):  # interrupted before the first minibatch filled them
+                self._ref_cache = None
         opt.zero_grad(set_to_none=True)
         self._bump(agent)
         n = self.cfg.epochs * M
@@ -881,18 +934,32 @@ class LLMTeam(EpisodeLoop):
         self.last_update[agent] = info
         return info
 
-    def _accumulate(self, agent, ctxs, msgs, behT, adv, refs, beta, M, s, e):
+    def _accumulate(self, agent, ctxs, msgs, behT, adv, refs, beta, M, s, e, *,
+                    at_ref: bool = False, fill=None):
         """Gradient of minibatch ``[s, e)`` accumulated over micro-batches of the agent's
         micro-batch size (one pass when it is the whole minibatch); on an out-of-memory error
         the size is halved (logged) and the minibatch redone from zero gradients. Returns the
-        minibatch's ``(loss, seq_logp, kl, surr)``, detached."""
+        minibatch's ``(loss, seq_logp, kl, surr)``, detached. ``at_ref``: the adapter is at
+        the reference weights, so a micro-batch whose reference rows are still missing
+        (``[a, b, None]`` in ``refs``) takes them from its own forward and fills them in;
+        ``fill()`` computes missing rows that no micro-batch matches (after an OOM halving)."""
         opt = self._opt[agent]
         while True:
             opt.zero_grad(set_to_none=True)
             try:
                 def run(a, b):
+                    hole = next((c for c in refs if c[2] is None and (c[0], c[1]) == (a, b)), None)
+                    if any(c[2] is None and c[0] < b and a < c[1] for c in refs) and not (
+                            at_ref and hole is not None):
+                        fill()
+                        hole = None
+                    ref_mb = None if at_ref and hole is not None else \
+                        _rows(refs, a, b, _longest(msgs[a:b]))
                     out = self._minibatch_loss(agent, ctxs[a:b], msgs[a:b], behT[a:b], adv[a:b],
-                                               _rows(refs, a, b, _longest(msgs[a:b])), beta, M)
+                                               ref_mb, beta, M)
+                    if ref_mb is None:
+                        hole[2] = out[4]
+                        out = out[:4]
                     out[0].backward()
                     return tuple(x.detach() for x in out)
 
@@ -926,13 +993,13 @@ class LLMTeam(EpisodeLoop):
         pad = self.tokenizer(agent).pad_token_id
 
         def run(a, b):
-            lp_ref, toks, mask = _rows(refs, a, b, _longest(msgs[a:b]))
+            lp_ref, toks, mask, p_ref = _rows(refs, a, b, _longest(msgs[a:b]))
             logp, _, _ = score_logits(model, ctxs[a:b], msgs[a:b], pad_id=pad,
                                       temperature=self.cfg.temperature, dtype=torch.float64,
                                       share_prefix=True)
             tok_new = message_logprobs(logp, toks, mask)
             tok_ref = message_logprobs(lp_ref, toks, mask)
-            return (sequence_kl(lp_ref, logp, mask).double(),
+            return (sequence_kl(lp_ref, logp, mask, p_ref).double(),
                     sampled_sequence_kl(tok_ref, tok_new, mask).double(),
                     tok_new.sum(-1).double(), int(mask.sum()))
 

@@ -36,8 +36,12 @@ from sat_llm.tasks import Problem, Task
 GOLDEN = Path(__file__).parent / "data" / "llm_step_records.json"
 #: fields that measure the machine, not the computation
 TIMING = ("seconds", "peak_memory_bytes")
-#: float64 KL statistics: equal to 1e-10 (summation order may change)
-KL_FIELDS = ("kl", "kl_max", "kl_sampled", "kl_per_token", "delta", "kl_train")
+#: float64 KL statistics, and the record fields computed from the step KLs δ̂ alone or with
+#: the surrogates (ζ_ratio = A_clip √(2δ̂), Σ√δ̂, the stage bounds and certificates): equal
+#: to 1e-10 (the KL's float64 summation order may change; everything else may not)
+KL_FIELDS = ("kl", "kl_max", "kl_sampled", "kl_per_token", "delta", "kl_train", "zeta_ratio",
+             "kl_sum_sqrt", "lower_bound", "lower_bound_estimated", "empirical_certificate",
+             "empirical_certificate_sat")
 KL_TOL = 1e-10
 
 class LowercaseTask(Task):
@@ -193,3 +197,31 @@ if __name__ == "__main__":
             "cases": {n: run_case(n) for n in CASES}}
     GOLDEN.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     print(f"wrote {GOLDEN}: " + ", ".join(f"{n} {len(v)} records" for n, v in data["cases"].items()))
+
+
+@pytest.mark.parametrize("minibatch,micro", [(8, 0), (3, 2)])
+def test_reference_rows_taken_from_the_first_update_pass_equal_a_separate_reference_pass(
+        minibatch, micro, monkeypatch):
+    """The update's first minibatch at the reference weights fills the reference cache from
+    its own forward (issue 27): bit for bit what the separate no-grad float64 pass gives."""
+    pytest.importorskip("peft")
+    import numpy as np
+    import torch
+
+    from sat_llm.team import LLMConfig, LLMTeam, _rows
+
+    monkeypatch.delenv("SAT_ALLOW_TASK_IMPORT", raising=False)
+    team = LLMTeam(LLMConfig(**{**BASE, "agents": 1, "minibatch": minibatch, "micro_batch": micro}))
+    batch = team.rollout(2, 2)
+    ref = team.snapshot(0)
+    M = len(batch.turns_of(0))
+    team.update(0, batch, np.linspace(-1, 1, M), 0.5, ref)
+    cached = team._ref_cache[1]
+    assert all(c[2] is not None for c in cached)
+    team._ref_cache = None  # now the separate pass, the adapter restored to the reference
+    team.restore(0, ref)
+    ctxs, msgs, _ = team._turns(0, batch)
+    fresh = team._ref_logps(0, batch, ref, ctxs, msgs)
+    for s, e, c in fresh:
+        got = _rows(cached, s, e, c[0].shape[1])
+        assert all(torch.equal(x, y) for x, y in zip(got, c, strict=True)), (s, e)
