@@ -785,6 +785,17 @@ def report(out: Path, grid=None, reps: int = 10000) -> dict:
     else:
         data["relation"] = None
         md.append("Relation over the (n, seed) points: not yet run (needs at least 3 pairs).")
+    # timing: every finished run (the issue asks for <= 30 min a run, 2 in parallel)
+    from experiments.llm_team_learning import train_seconds
+
+    md += ["", "## Run time", "", "| run | wall min | training min (evaluation excluded) | "
+           "evaluations | load avg (1 min) start → end |", "|---|---|---|---|---|"]
+    for name, meta in sorted(runs.items()):
+        d = out / name
+        load = [meta.get("load_start"), meta.get("load_end")]
+        md.append(f"| {name} | {meta['wall_seconds'] / 60:.1f} | {train_seconds(d) / 60:.1f} | "
+                  f"{len(score_matrix(d)[0])} | " + " → ".join(
+                      "?" if x is None else f"{x[0]:.1f}" for x in load) + " |")
     # rows: every finished non-tuning run
     for name, meta in sorted(runs.items()):
         if meta.get("tune"):
