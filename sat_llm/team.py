@@ -982,7 +982,12 @@ class LLMTeam(EpisodeLoop):
     @torch.no_grad()
     def kl(self, agent: int, batch: Batch, reference: AgentSnapshot) -> dict:
         """``{"kl": mean exact token-sum KL, "kl_max", "kl_sampled": mean eq. 18 estimate,
-        "logp": current per-turn log-probabilities}`` on the agent's messages in ``batch``."""
+        "logp": current per-turn log-probabilities}`` on the agent's messages in ``batch``.
+
+        An agent still at the reference's parameter version (an update skipped because every
+        advantage was 0, or a rejected step restored) has the reference's weights, so its
+        pass would repeat the reference pass number for number: the reference pass is used
+        for both (KL exactly 0, one forward instead of two; none when it is cached)."""
         ctxs, msgs, _ = self._turns(agent, batch)
         if not msgs:
             res = dict(kl=0.0, kl_max=0.0, kl_sampled=0.0, logp=np.zeros(0), n_turns=0, n_tokens=0)
@@ -992,11 +997,13 @@ class LLMTeam(EpisodeLoop):
         model = self._activate(agent)
         pad = self.tokenizer(agent).pad_token_id
 
+        at_ref = self._version[agent] == reference.version
+
         def run(a, b):
             lp_ref, toks, mask, p_ref = _rows(refs, a, b, _longest(msgs[a:b]))
-            logp, _, _ = score_logits(model, ctxs[a:b], msgs[a:b], pad_id=pad,
-                                      temperature=self.cfg.temperature, dtype=torch.float64,
-                                      share_prefix=True)
+            logp = lp_ref if at_ref else score_logits(
+                model, ctxs[a:b], msgs[a:b], pad_id=pad, temperature=self.cfg.temperature,
+                dtype=torch.float64, share_prefix=True)[0]
             tok_new = message_logprobs(logp, toks, mask)
             tok_ref = message_logprobs(lp_ref, toks, mask)
             return (sequence_kl(lp_ref, logp, mask, p_ref).double(),

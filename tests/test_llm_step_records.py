@@ -225,3 +225,31 @@ def test_reference_rows_taken_from_the_first_update_pass_equal_a_separate_refere
     for s, e, c in fresh:
         got = _rows(cached, s, e, c[0].shape[1])
         assert all(torch.equal(x, y) for x, y in zip(got, c, strict=True)), (s, e)
+
+
+def test_monitor_at_the_reference_version_equals_scoring_the_current_adapter(monkeypatch):
+    """``team.kl`` of an agent still at the reference's version uses the reference pass for
+    the current policy too (issue 27): the per-turn log-probabilities are bit for bit those
+    of scoring the current adapter itself, and the KLs are exactly 0."""
+    pytest.importorskip("peft")
+    import numpy as np
+    import torch
+
+    from sat_llm.rollout import message_logprobs, score_logits
+    from sat_llm.team import LLMConfig, LLMTeam
+
+    monkeypatch.delenv("SAT_ALLOW_TASK_IMPORT", raising=False)
+    team = LLMTeam(LLMConfig(**{**BASE, "agents": 2}))
+    batch = team.rollout(2, 2)
+    for j in range(2):
+        ref = team.snapshot(j)
+        res = team.kl(j, batch, ref)
+        ctxs, msgs, _ = team._turns(j, batch)
+        with torch.no_grad():
+            logp, toks, mask = score_logits(team._activate(j), ctxs, msgs,
+                                            pad_id=team.tokenizer(j).pad_token_id,
+                                            temperature=team.cfg.temperature,
+                                            dtype=torch.float64, share_prefix=True)
+        want = message_logprobs(logp, toks, mask).sum(-1).numpy()
+        assert np.array_equal(res["logp"], want)
+        assert res["kl"] == res["kl_max"] == res["kl_sampled"] == 0.0
