@@ -35,27 +35,41 @@ For each model (``tiny-random``; the full run adds ``smollm2-135m``), all throug
 5. **Scaling** (item 5): ``team.rollout(B, G)`` wall time vs G and vs n (agents = turns per
    episode), log-log fits ``log t = a + b log x``.
 
-6. **One n = 1 step, ours vs TRL's ``GRPOTrainer``** (issue 12 item 3): wall time of one full
-   training step — rollout (B prompts × G samples) + update (one AdamW step on all B·G
-   completions, β = 0) — of ``LLMTeam`` with one agent and of TRL 1.16's trainer built by
-   ``experiments/peer_trl.py`` with identical settings (base, LoRA r/α/targets, prompts, G,
-   B, lr, max new tokens, temperature, stop tokens, the same lowercase-fraction reward;
-   TRL ``loss_type="luspo"`` at sequence level, the loss whose update equals ours,
-   ``tests/test_trl_oracle.py``). Interleaved in one process: TRL's ``train()`` runs the
-   steps and a callback runs one of ours before or after each TRL step (alternating), each
-   timed alone; the first step of each is a warm-up. Medians over the repetitions, their
-   ratio, and the median of the per-step ratios of the back-to-back pairs (robust to a load
-   that drifts during the run: the target, t(TRL) / t(ours) ≥ 1). Also per generated token (the two sample different lengths)
-   and ours with the exact-KL monitor that ``run_stage`` adds to each step. Skipped (with a
-   note) when trl is missing.
+6. **One n = 1 step, ours vs TRL's ``GRPOTrainer``, like for like** (issue 12 item 3, issue
+   27 item 2): the configuration the study compares (``experiments/llm_team_learning.py``):
+   one step = a batch of B prompts × G samples and the ``B·G/minibatch`` AdamW steps on it
+   (the smollm2 settings: B 8, G 4, minibatch 8, 16 new tokens, temperature 0.7, lr 1e-3,
+   LoRA r 8 on q/v, one torch thread). Ours as the study runs it: one ``run_stage`` of a
+   one-agent ``LLMTeam`` (rollout with the behaviour log-prob check, reference pass, update,
+   the exact-KL monitor and the records; no held-out evaluation), twice: **plain**
+   (``--method no-tr``, β = 1e-300 = 0 in float32, the token ratio, no std normalisation:
+   the update of TRL's ``dr_grpo``, ``tests/test_trl_oracle.py``) and **SAT** (``--method
+   sat``, δ = 0.05, its backtracking included). TRL 1.16's trainer built by
+   ``experiments/peer_trl.py`` with ``loss_type="dr_grpo"`` (token level),
+   ``scale_rewards="none"``, ``per_device_train_batch_size = minibatch`` and
+   ``steps_per_generation = B·G/minibatch`` (so it generates once per B·G completions, scores
+   their old log-probs once, and steps ``B·G/minibatch`` times), its clip scaled to ours.
+   One process: TRL's ``train()`` runs its steps and a callback runs ours (plain and SAT,
+   order alternating) right before or after each of TRL's generation batches (alternating);
+   each timed alone; pair 0 is a warm-up. Headline: the median over the back-to-back pairs
+   of ``t(TRL) / t(ours)``; targets 1.5 (plain) and 1.2 (SAT with its monitor). Also the
+   ratio of medians and per generated token (they sample different completions). Skipped
+   (with a note) when trl is missing.
 
 7. **Behaviour log-prob check** (issue 13 item 4): ``team.rollout(B, G)`` with the default
    ``logp_check=8`` (the first 8 messages of every generation call rescored by the training
    model and compared with the engine's log-probs) vs ``logp_check=0`` (off); the same
    sampled tokens (torch RNG seeded alike), interleaved rounds, medians and their ratio.
 
+8. **Profile of one SAT stage** (issue 27 item 1, ``--profile``): exclusive wall time per
+   phase — rollout (episode loop), shared-prefix prefill, decoding, behaviour log-prob check,
+   reference scoring, the update's forward, backward and optimizer step, the monitor — of
+   ``run_stage`` at the study's settings (:data:`PROFILE`), n = 1 and n = 2, by timed
+   wrappers around the team's methods (:class:`PhaseTimer`).
+
 Run: ``python experiments/benchmarks/bench_llm.py [--quick] [--out PATH]``;
-``--vs-trl`` runs only section 6 (results ``bench_llm_trl*.json``).
+``--vs-trl`` runs only section 6 (results ``bench_llm_trl*.json``), ``--profile`` only
+section 8 (``bench_llm_profile*.json``).
 ``--quick``: tiny-random only, small settings (~1 min); full adds smollm2-135m (~5-10 min).
 """
 
@@ -108,6 +122,9 @@ class ModelBench:
     trl_group_size: int = field(default=4, metadata={"help": "samples G per prompt, ours vs TRL"})
     trl_temperature: float = field(default=0.7, metadata={"help": "sampling temperature, ours vs TRL"})
     trl_lr: float = field(default=1e-3, metadata={"help": "AdamW learning rate, ours vs TRL"})
+    trl_minibatch: int = field(default=0, metadata={
+        "help": "completions per optimizer step, ours vs TRL (0: all B·G, one step per batch)"})
+    trl_delta: float = field(default=0.05, metadata={"help": "SAT's trust-region radius δ, vs TRL"})
 
 
 @dataclass
@@ -124,7 +141,7 @@ TINY_FULL = ModelBench()
 SMOL_FULL = ModelBench(model="smollm2-135m", max_new_tokens=16, prompts=2, group_size=4,
                        rounds=2, kl_prompts=2, kl_group_size=4, occ_prompts=2, occ_group_size=2,
                        occ_stages=1, scale_G=(1, 2, 4, 8), scale_n=(1, 2), load_subprocess=True,
-                       kl_more_epochs=(2,), trl_reps=5)
+                       kl_more_epochs=(2,), trl_reps=7, trl_prompts=8, trl_minibatch=8)
 FULL = LLMBenchConfig(models=(TINY_FULL, SMOL_FULL))
 QUICK = LLMBenchConfig(models=(ModelBench(rounds=2, occ_stages=1, scale_G=(1, 2, 4, 8, 16),
                                           scale_n=(1, 2, 4)),))
@@ -461,6 +478,135 @@ def bench_scaling(team, mb: ModelBench, cfg: LLMBenchConfig) -> dict:
     return {"series": {"rollout_vs_G": series_G, "rollout_vs_n": series_n}, "fits": fits}
 
 
+# ------------------------------------------------------------------ 8. profile of one step
+class PhaseTimer:
+    """Exclusive wall time per phase of nested calls: ``wrap(owner, name, label)`` replaces
+    ``owner.name`` by a timed wrapper; a phase's time excludes the phases called inside it
+    (so the phases add up to the timed region)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self._stack: list[float] = []  # children's inclusive time of each open phase
+        self._undo: list = []
+
+    def wrap(self, owner, name: str, label: str) -> None:
+        inner = getattr(owner, name)
+
+        def timed(*a, **kw):
+            self._stack.append(0.0)
+            t0 = time.perf_counter()
+            try:
+                return inner(*a, **kw)
+            finally:
+                dt = time.perf_counter() - t0
+                children = self._stack.pop()
+                self.seconds[label] = self.seconds.get(label, 0.0) + dt - children
+                self.calls[label] = self.calls.get(label, 0) + 1
+                if self._stack:
+                    self._stack[-1] += dt
+
+        had = name in vars(owner) if not isinstance(owner, type) else name in owner.__dict__
+        self._undo.append((owner, name, inner if had else None))
+        setattr(owner, name, timed)
+
+    def restore(self) -> None:
+        for owner, name, inner in reversed(self._undo):
+            if inner is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, inner)
+        self._undo.clear()
+
+
+#: the study's settings of a profiled step (figures/llm_team_learning/v2/*/config.json)
+PROFILE = dict(prompts=8, group_size=4, max_new_tokens=16, minibatch=8, lora_r=8, ratio="token",
+               temperature=0.7, lr=1e-3, delta=0.05, logp_check=2)
+
+
+def bench_profile(mb: ModelBench, cfg: LLMBenchConfig, agents: int, rounds: int = 2,
+                  method: str = "sat") -> dict:
+    """Exclusive seconds of each phase of one SAT stage (``agents`` agent steps, each on a
+    fresh batch, as ``run_stage`` takes them; no held-out evaluation) at the study's settings
+    (:data:`PROFILE`): rollout (episode loop), generation split into the shared-prefix
+    prefill and the decoding, the behaviour log-prob check, reference scoring, the update's
+    forward, backward and optimizer step, the monitor (``team.kl``). One warm-up stage, then
+    ``rounds`` timed stages; per phase the sum over the timed stages and its fraction."""
+    import torch
+
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    import sat_llm.rollout as sr
+    import sat_llm.team as st
+    from sat_theory.algorithm import RunState, TrainConfig, run_stage
+
+    P = PROFILE
+    team = make_team(ModelBench(**{**asdict(mb), "max_new_tokens": P["max_new_tokens"]}), cfg,
+                     agents=agents, minibatch=P["minibatch"], lora_r=P["lora_r"],
+                     ratio=P["ratio"], temperature=P["temperature"], lr=P["lr"],
+                     logp_check=P["logp_check"])
+    tc = TrainConfig(method=method, stages=rounds + 1, n_groups=P["prompts"],
+                     group_size=P["group_size"], delta=P["delta"], seed=cfg.seed,
+                     **({"beta_init": 0.0} if method == "no-tr" else {}))
+    state = RunState.initial(tc, agents)
+    torch.manual_seed(cfg.seed)
+    run_stage(team, tc, state, J_before=None, evaluate_after=False)  # warm-up
+    pt = PhaseTimer()
+    pt.wrap(team, "rollout", "rollout (episode loop, tokenizing)")
+    pt.wrap(st, "generate", "decode")
+    pt.wrap(sr, "_shared_prefix_cache", "prefill (shared prefixes)")
+    pt.wrap(team, "_check_logps", "behaviour log-prob check")
+    pt.wrap(team, "_ref_logps", "reference scoring")
+    pt.wrap(team, "update", "update: optimizer step, clip, rest")
+    pt.wrap(team, "_accumulate", "update: backward")
+    pt.wrap(team, "_minibatch_loss", "update: forward")
+    pt.wrap(team, "kl", "monitor (exact + sampled KL)")
+    steps: list[dict] = []
+    load = [round(x, 2) for x in os.getloadavg()]
+    t0 = time.perf_counter()
+    try:
+        for _ in range(rounds):
+            run_stage(team, tc, state, J_before=None, evaluate_after=False,
+                      log=lambda r: steps.append(r) if r["kind"] == "step" else None)
+    finally:
+        pt.restore()
+    total = time.perf_counter() - t0
+    rest = total - sum(pt.seconds.values())
+    phases = {**pt.seconds, "other (records, snapshots, advantages)": rest}
+    return {"agents": agents, "method": method, "settings": P, "stages": rounds,
+            "agent_steps": len(steps), "backtracks": sum(r["backtracks"] for r in steps),
+            "opt_steps": sum(r["opt_steps"] or 0 for r in steps),
+            "tokens": sum(r["tokens"] or 0 for r in steps), "seconds": total,
+            "seconds_per_agent_step": total / max(len(steps), 1),
+            "phases": phases, "fractions": {k: v / total for k, v in phases.items()},
+            "calls": pt.calls, "loadavg_before": load,
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
+
+
+def main_profile(cfg: LLMBenchConfig, out: str | None = None, verbose: bool = True,
+                 tag: str = "", rounds: int = 2) -> dict:
+    """Section 8 for every model of ``cfg``, n = 1 and n = 2 (``--profile``)."""
+    import torch
+
+    torch.set_num_threads(cfg.threads)
+    info = machine_info()
+    info["torch_threads"] = torch.get_num_threads()
+    models = {}
+    for mb in cfg.models:
+        models[mb.model] = {f"n{n}": bench_profile(mb, cfg, n, rounds) for n in (1, 2)}
+    rows = [{"model": m, "n": r["agents"], "steps": r["agent_steps"], "backtracks": r["backtracks"],
+             "s/step": r["seconds_per_agent_step"],
+             **{k.split(" (")[0]: v for k, v in r["fractions"].items()}}
+            for m, d in models.items() for r in d.values()]
+    result = {"benchmark": "llm_profile", "config": asdict(cfg), "machine": info,
+              "models": models, "rows": rows}
+    path = save_json(result, "bench_llm_profile" + tag, out)
+    if verbose:
+        print(fmt_table(rows, list(rows[0])))
+        print(f"wrote {path}")
+    return result
+
+
 # ------------------------------------------------------------------ 6. one step vs TRL
 def trl_available() -> str | None:
     """``None`` if TRL's trainer can be built here; else the reason (one line)."""
@@ -472,96 +618,135 @@ def trl_available() -> str | None:
 
 
 def bench_vs_trl(mb: ModelBench, cfg: LLMBenchConfig) -> dict:
-    """Section 6 of the module docstring: ``{"ours": [...], "trl": [...], medians, ratios}``."""
+    """Section 6 of the module docstring: ``{"ours": [...], "sat": [...], "trl": [...],
+    medians, ratios}``. One step = one batch of ``B·G`` sampled completions and the
+    ``B·G/minibatch`` optimizer steps on it: for ours one ``run_stage`` of a one-agent team
+    (rollout, behaviour log-prob check, reference pass, update, exact-KL monitor, records;
+    no held-out evaluation); for TRL its ``steps_per_generation`` trainer steps of one
+    generation batch (generation, old log-probs, loss and backward, optimizer)."""
     import torch
     from transformers import TrainerCallback
 
     from experiments.peer_trl import grpo_trainer
-    from sat_theory.estimators import group_advantages
+    from sat_theory.algorithm import RunState, TrainConfig, run_stage
 
     B, G = mb.trl_prompts, mb.trl_group_size
-    team = make_team(mb, cfg, agents=1, temperature=mb.trl_temperature, lr=mb.trl_lr,
-                     minibatch=B * G)  # one optimizer step per update, as TRL's
-    c = team.cfg
-    ours: list[dict] = []
+    per_gen = B * G
+    minibatch = mb.trl_minibatch or per_gen
+    if per_gen % minibatch:
+        raise ValueError("trl_prompts x trl_group_size must be a multiple of trl_minibatch")
+    spg = per_gen // minibatch  # optimizer steps per generation batch (TRL steps_per_generation)
+    kw = dict(agents=1, temperature=mb.trl_temperature, lr=mb.trl_lr, minibatch=minibatch,
+              ratio="token")  # the token ratio: TRL dr_grpo's update (tests/test_trl_oracle.py)
+    contenders = {  # ours plain (the study's `plain`: β 1e-300 = 0 in float32), and SAT
+        "ours": (make_team(mb, cfg, **kw), TrainConfig(
+            method="no-tr", beta_init=1e-300, normalize_std=False, n_groups=B, group_size=G,
+            seed=cfg.seed, stages=1 << 20)),
+        "sat": (make_team(mb, cfg, **kw), TrainConfig(
+            method="sat", delta=mb.trl_delta, normalize_std=False, n_groups=B, group_size=G,
+            seed=cfg.seed, stages=1 << 20))}
+    states = {k: RunState.initial(tc, 1) for k, (_, tc) in contenders.items()}
+    rows: dict[str, list[dict]] = {k: [] for k in contenders}
 
-    def our_step():
+    def our_step(name):
+        team, tc = contenders[name]
+        recs: list[dict] = []
         t0 = time.perf_counter()
-        batch = team.rollout(B, G)
-        t1 = time.perf_counter()
-        ref = team.snapshot(0)
-        adv_ep = group_advantages(batch.returns, batch.groups)
-        info = team.update(0, batch, adv_ep[[i for i, _ in batch.turns_of(0)]], 0.0, ref)
-        t2 = time.perf_counter()
-        team.kl(0, batch, ref)  # the trust-region monitor run_stage adds (not in the step)
-        t3 = time.perf_counter()
-        ours.append(dict(step=t2 - t0, rollout=t1 - t0, update=t2 - t1, kl=t3 - t2,
-                         tokens=int(batch.extra["tokens"]), opt_steps=info["opt_steps"]))
+        run_stage(team, tc, states[name], J_before=None, evaluate_after=False, log=recs.append)
+        dt = time.perf_counter() - t0
+        st = [r for r in recs if r["kind"] == "step"]
+        rows[name].append(dict(step=dt, tokens=int(sum(r["tokens"] for r in st)),
+                               opt_steps=int(sum(r["opt_steps"] or 0 for r in st)),
+                               backtracks=int(sum(r["backtracks"] for r in st)),
+                               kl=float(st[0]["kl"]), load=round(os.getloadavg()[0], 2)))
+
+    def ours_both(k):  # the two of ours, order alternating with the pair index
+        for name in (("ours", "sat") if k % 2 == 0 else ("sat", "ours")):
+            our_step(name)
 
     class Interleave(TrainerCallback):
-        """Our step before TRL's odd steps and after its even ones; TRL's step timed alone."""
+        """Ours before TRL's odd generation batches and after its even ones; TRL's batch
+        (its ``spg`` trainer steps) timed alone."""
 
         def on_step_begin(self, args, state, control, **kw):
-            self.k = state.global_step
-            if self.k % 2 == 1:
-                our_step()
-            self.t0 = time.perf_counter()
+            k, first = divmod(state.global_step, spg)
+            if first == 0:
+                if k % 2 == 1:
+                    ours_both(k)
+                self.t0 = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):
-            trl_times.append(time.perf_counter() - self.t0)
-            if self.k % 2 == 0:
-                our_step()
+            k, last = divmod(state.global_step - 1, spg)  # global_step counts this step now
+            if last == spg - 1:
+                trl_times.append(time.perf_counter() - self.t0)
+                if k % 2 == 0:
+                    ours_both(k)
 
     trl_times: list[float] = []
+    team0, _ = contenders["ours"]
+    c = team0.cfg
+    # TRL dr_grpo divides by mb·L_max where ours divides by M: its gradient is ours / (L_max mb/M)
+    clip = c.grad_clip / (c.max_new_tokens * minibatch / per_gen)
     with tempfile.TemporaryDirectory(prefix="bench_trl_") as tmp:
-        tr = grpo_trainer(mb.model, team.task, team.train_pool, lora_r=c.lora_r,
+        tr = grpo_trainer(mb.model, team0.task, team0.train_pool, lora_r=c.lora_r,
                           lora_alpha=c.lora_alpha, lora_targets=c.lora_targets, group_size=G,
                           prompts_per_step=B, lr=c.lr, max_new_tokens=c.max_new_tokens,
                           temperature=c.temperature, seed=cfg.seed, out_dir=tmp,
-                          steps=mb.trl_reps + 1, grad_clip=c.grad_clip, loss_type="luspo",
-                          importance_sampling_level="sequence")
+                          steps=(mb.trl_reps + 1) * spg, grad_clip=clip, loss_type="dr_grpo",
+                          importance_sampling_level="token", scale_rewards="none",
+                          per_device_train_batch_size=minibatch, steps_per_generation=spg)
         tr.add_callback(Interleave())
         torch.manual_seed(cfg.seed)
         tr.train()
     logs = [r for r in tr.state.log_history if "completions/mean_length" in r]
-    trl = [dict(step=t, tokens=int(round(r["completions/mean_length"] * B * G)),
-                trl_step_time=r.get("step_time")) for t, r in zip(trl_times, logs, strict=True)]
-    o, t = ours[1:], trl[1:]  # step 0 of each: warm-up
+    # TRL logs its completion metrics once per generation batch or once per trainer step
+    gen_logs = logs if len(logs) == len(trl_times) else logs[::spg]
+    trl = [dict(step=t, tokens=int(round(r["completions/mean_length"] * per_gen)))
+           for t, r in zip(trl_times, gen_logs, strict=True)]
+    o, sa, t = rows["ours"][1:], rows["sat"][1:], trl[1:]  # pair 0: warm-up
 
-    def med(rows, key):
-        return float(np.median([r[key] for r in rows]))
+    def med(rs, key):
+        return float(np.median([r[key] for r in rs]))
 
-    def per_tok(rows):
-        return float(np.median([r["step"] / max(r["tokens"], 1) for r in rows]))
+    def per_tok(rs):
+        return float(np.median([r["step"] / max(r["tokens"], 1) for r in rs]))
 
-    return {"prompts": B, "group_size": G, "max_new_tokens": c.max_new_tokens,
-            "temperature": c.temperature, "lr": c.lr, "lora": [c.lora_r, c.lora_alpha, list(c.lora_targets)],
-            "trl_loss_type": "luspo (sequence level)", "reps": len(o), "ours": ours, "trl": trl,
-            "ours_step_median": med(o, "step"), "trl_step_median": med(t, "step"),
-            "ours_rollout_median": med(o, "rollout"), "ours_update_median": med(o, "update"),
-            "ours_kl_median": med(o, "kl"),
-            "ours_tokens_median": med(o, "tokens"), "trl_tokens_median": med(t, "tokens"),
+    def paired(a, b):  # pair k ran back to back: robust to load that drifts
+        return [y["step"] / x["step"] for x, y in zip(a, b, strict=True)]
+
+    return {"prompts": B, "group_size": G, "minibatch": minibatch, "steps_per_generation": spg,
+            "max_new_tokens": c.max_new_tokens, "temperature": c.temperature, "lr": c.lr,
+            "lora": [c.lora_r, c.lora_alpha, list(c.lora_targets)], "sat_delta": mb.trl_delta,
+            "trl_loss_type": "dr_grpo (token level, scale_rewards none)", "trl_max_grad_norm": clip,
+            "reps": len(o), "ours": rows["ours"], "sat": rows["sat"], "trl": trl,
+            "ours_step_median": med(o, "step"), "sat_step_median": med(sa, "step"),
+            "trl_step_median": med(t, "step"),
+            "ours_tokens_median": med(o, "tokens"), "sat_tokens_median": med(sa, "tokens"),
+            "trl_tokens_median": med(t, "tokens"),
             "ratio": med(t, "step") / med(o, "step"),
-            # step k of each ran back to back: their ratio is robust to load that drifts
-            "ratio_paired": float(np.median([b["step"] / a["step"] for a, b in zip(o, t, strict=True)])),
-            "ratio_with_kl_monitor": med(t, "step") / float(np.median([r["step"] + r["kl"] for r in o])),
+            "ratio_paired": float(np.median(paired(o, t))), "pairs": paired(o, t),
+            "ratio_sat": med(t, "step") / med(sa, "step"),
+            "ratio_sat_paired": float(np.median(paired(sa, t))), "pairs_sat": paired(sa, t),
             "ratio_per_token": per_tok(t) / per_tok(o),
+            "ratio_sat_per_token": per_tok(t) / per_tok(sa),
+            "sat_backtracks": sum(r["backtracks"] for r in sa),
             "ours_updates_skipped": sum(r["opt_steps"] == 0 for r in o)}
 
 
 def trl_row(name: str, r: dict) -> dict:
-    return {"model": name, "B x G": f"{r['prompts']} x {r['group_size']}",
+    return {"model": name, "B x G / mb": f"{r['prompts']} x {r['group_size']} / {r['minibatch']}",
             "new_tokens": r["max_new_tokens"], "reps": r["reps"],
-            "ours_s": r["ours_step_median"], "ours_rollout_s": r["ours_rollout_median"],
-            "ours_update_s": r["ours_update_median"], "trl_s": r["trl_step_median"],
-            "ours_tok": r["ours_tokens_median"], "trl_tok": r["trl_tokens_median"],
+            "ours_s": r["ours_step_median"], "sat_s": r["sat_step_median"],
+            "trl_s": r["trl_step_median"], "ours_tok": r["ours_tokens_median"],
+            "sat_tok": r["sat_tokens_median"], "trl_tok": r["trl_tokens_median"],
             "trl/ours": r["ratio"], "paired": r["ratio_paired"], "per_token": r["ratio_per_token"],
-            "with_kl": r["ratio_with_kl_monitor"], "kl_s": r["ours_kl_median"]}
+            "trl/sat": r["ratio_sat"], "sat_paired": r["ratio_sat_paired"],
+            "sat_per_token": r["ratio_sat_per_token"], "sat_backtracks": r["sat_backtracks"]}
 
 
 def trl_target(name: str, r: dict) -> dict:
     return target_line(f"{name}: TRL GRPOTrainer step / our step (n = 1), paired median",
-                       r["ratio_paired"], 1.0)
+                       r["ratio_paired"], 1.5)
 
 
 def main_vs_trl(cfg: LLMBenchConfig, out: str | None = None, verbose: bool = True,
@@ -715,6 +900,9 @@ if __name__ == "__main__":
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1)")
     ap.add_argument("--vs-trl", action="store_true",
                     help="only the n = 1 step of ours vs TRL's GRPOTrainer (section 6)")
+    ap.add_argument("--profile", action="store_true",
+                    help="only the phase profile of one SAT stage, n = 1 and 2 (section 8)")
+    ap.add_argument("--profile-rounds", type=int, default=2, help="timed stages per profile")
     ap.add_argument("--model", default=None, help="only this model's settings (e.g. smollm2-135m)")
     a = ap.parse_args()
     c = SMOKE if a.smoke else (QUICK if a.quick else FULL)
@@ -723,7 +911,10 @@ if __name__ == "__main__":
         ap.error(f"no settings for model {a.model!r} in this configuration")
     c = LLMBenchConfig(**{**asdict(c), "models": models,
                           "threads": c.threads if a.threads is None else a.threads})
-    if a.vs_trl:
+    if a.profile:
+        main_profile(c, out=a.out, tag="_smoke" if a.smoke else ("_quick" if a.quick else ""),
+                     rounds=a.profile_rounds)
+    elif a.vs_trl:
         main_vs_trl(c, out=a.out, tag="_smoke" if a.smoke else ("_quick" if a.quick else ""))
     else:
         main(quick=a.quick, out=a.out, cfg=c)
