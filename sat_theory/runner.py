@@ -354,51 +354,66 @@ class Runner:
 
     def run(self, position: dict | None = None) -> dict:
         """Run (or finish) the stages; ``position``: a stage to continue (:meth:`restore`)."""
-        team, cfg = self.team, self.cfg
         t0 = time.perf_counter()
         stages: list[dict] = []
         try:
             if self.J_start is None:
-                self.J_start = self.J_now = float(team.evaluate())
+                self.J_start = self.J_now = float(self.team.evaluate())
                 self._eval_file(0)
-            while self.state.stage < cfg.stages:
-                k = self.state.stage
+            while self.state.stage < self.cfg.stages:
                 if position is None:  # the stage has not begun
-                    if cfg.swap_stage == k and not self.swapped:
-                        self._save_policy(f"stage{k}_preswap")  # the end of stage k−1
-                        swap = swap_agent(team, cfg, self.state)
-                        self.log(swap)
-                        self.J_now = swap["J_after_swap"]
-                        self._eval_file(f"{k}_swap")  # per-problem: the shock's paired CI
-                        self.swapped = True
-                        self.checkpoint()
-                    self._save_policy(f"stage{k}")
-                measure = cfg.evaluates_at(k + 1)
-                rec = run_stage(team, cfg, self.state, log=self.log, on_step=self.on_step,
-                                resume=position, J_before=self.J_now, evaluate_after=measure)
+                    self._begin_stage(self.state.stage)
+                stages.append(self._stage(self.state.stage, position))
                 position = None
-                self.swapped = False
-                self.J_now = rec["J_after"]
-                stages.append(rec)
-                if measure:
-                    self._eval_file(k + 1)
-                self.checkpoint()
-                note(stage_line(rec))
-                if self.on_stage is not None:
-                    self.on_stage(rec)
-            self._save_policy(f"stage{cfg.stages}")
+            self._save_policy(f"stage{self.cfg.stages}")
         finally:
             if self.bar is not None:
                 self.bar.close()
-        J_end = self.J_now if self.J_now is not None else float(team.evaluate())
-        lbs = [s["lower_bound"] for s in stages if s.get("lower_bound") is not None]
-        return dict(J_start=self.J_start, J_end=J_end, stages=len(stages),
-                    rollouts=self.state.rollouts, episodes=self.state.episodes,
-                    bound_violations=sum(1 for s in stages if s.get("holds") is False),
-                    rejected_steps=sum(s["rejected_steps"] for s in stages),
-                    out_of_region_steps=sum(s["out_of_region_steps"] for s in stages),
-                    lower_bound_sum=float(np.sum(lbs)) if lbs else None,
-                    seconds=time.perf_counter() - t0)
+        J_end = self.J_now if self.J_now is not None else float(self.team.evaluate())
+        return run_summary(stages, self.J_start, J_end, self.state, time.perf_counter() - t0)
+
+    def _begin_stage(self, k: int) -> None:
+        """Before stage ``k``: the plug-and-play swap when it is due (the policies at the end
+        of stage k−1 saved first, the swap record and its per-problem file written, then a
+        checkpoint), and the policies at the start of stage ``k``."""
+        if self.cfg.swap_stage == k and not self.swapped:
+            self._save_policy(f"stage{k}_preswap")  # the end of stage k−1
+            swap = swap_agent(self.team, self.cfg, self.state)
+            self.log(swap)
+            self.J_now = swap["J_after_swap"]
+            self._eval_file(f"{k}_swap")  # per-problem: the shock's paired CI
+            self.swapped = True
+            self.checkpoint()
+        self._save_policy(f"stage{k}")
+
+    def _stage(self, k: int, position: dict | None) -> dict:
+        """Stage ``k`` (continued from ``position``), evaluated after it when the schedule
+        says so (``eval_every``), then checkpointed and reported; its record."""
+        measure = self.cfg.evaluates_at(k + 1)
+        rec = run_stage(self.team, self.cfg, self.state, log=self.log, on_step=self.on_step,
+                        resume=position, J_before=self.J_now, evaluate_after=measure)
+        self.swapped = False
+        self.J_now = rec["J_after"]
+        if measure:
+            self._eval_file(k + 1)
+        self.checkpoint()
+        note(stage_line(rec))
+        if self.on_stage is not None:
+            self.on_stage(rec)
+        return rec
+
+
+def run_summary(stages: list[dict], J_start, J_end, state, seconds: float) -> dict:
+    """The run's summary from its stage records: ``J_start``/``J_end``, the counts (stages,
+    rollouts, episodes), certificate violations (``holds`` false), rejected and out-of-region
+    steps, the sum of the stages' lower bounds (``None`` when none has one) and wall time."""
+    lbs = [s["lower_bound"] for s in stages if s.get("lower_bound") is not None]
+    return dict(J_start=J_start, J_end=J_end, stages=len(stages),
+                rollouts=state.rollouts, episodes=state.episodes,
+                bound_violations=sum(1 for s in stages if s.get("holds") is False),
+                rejected_steps=sum(s["rejected_steps"] for s in stages),
+                out_of_region_steps=sum(s["out_of_region_steps"] for s in stages),
+                lower_bound_sum=float(np.sum(lbs)) if lbs else None, seconds=seconds)
 
 
 def _fmt(x):
