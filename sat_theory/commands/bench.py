@@ -98,28 +98,11 @@ def run(args) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise InputError(f"cannot create --out {out}: {e.strerror}") from None
-    results, targets = {}, []
     with tmp or contextlib.nullcontext(), limit:
-        for name in names:
-            mod = import_bench(f"bench_{name}", experiments)
-            reason = mod.available() if hasattr(mod, "available") else None
-            if reason is not None:  # optional dependencies missing: a note, not an error
-                results[name] = {"benchmark": name, "skipped": reason, "targets": []}
-                print(f"{name}: skipped ({reason})", file=sys.stderr if args.json else sys.stdout,
-                      flush=True)
-                continue
-            kwargs = {"quick": args.quick, "verbose": not args.json,
-                      "out": str(out / f"bench_{name}{'_quick' if args.quick else ''}.json")}
-            if args.smoke:
-                kwargs["cfg"] = mod.SMOKE
-            if not args.json:
-                print(f"== {name} ==", flush=True)
-            res = mod.main(**kwargs)
-            results[name] = res
-            targets += [{"benchmark": name, **t} for t in res.get("targets", [])]
-            if not args.json:
-                print(flush=True)
+        results = {name: run_bench(name, args, out, experiments) for name in names}
         machine = common.machine_info()  # inside the limit: it reports the threads used
+    targets = [{"benchmark": name, **t} for name, res in results.items()
+               for t in res.get("targets", [])]
     missed = [t for t in targets if not t["met"]]
     status = 1 if args.strict and missed else 0
     if args.json:
@@ -127,13 +110,42 @@ def run(args) -> int:
         return status
     print(f"machine: {machine['cpu']}, {machine['nproc']} cores, BLAS {common.blas_summary(machine)}, "
           f"load {machine['loadavg']}")
-    if targets:
-        rows = [{"benchmark": t["benchmark"], "target": t["target"], "value": t["value"],
-                 "goal": t["goal"], "status": "MET" if t["met"] else "MISSED"} for t in targets]
-        print(table(rows, ["benchmark", "target", "value", "goal", "status"], fmt="{:.3g}"))
-        print(f"{len(targets) - len(missed)}/{len(targets)} targets met")
-        if missed:
-            print(MISSED_NOTE)
+    print_targets(targets, missed)
     if tmp is None:
         print(f"results: {out}")
     return status
+
+
+def run_bench(name: str, args, out: Path, experiments: str | None) -> dict:
+    """One benchmark script's ``main()`` result (its JSON written to ``out``), or
+    ``{"skipped": reason}`` when its optional dependencies are missing (a note, not an
+    error)."""
+    mod = import_bench(f"bench_{name}", experiments)
+    reason = mod.available() if hasattr(mod, "available") else None
+    if reason is not None:
+        print(f"{name}: skipped ({reason})", file=sys.stderr if args.json else sys.stdout,
+              flush=True)
+        return {"benchmark": name, "skipped": reason, "targets": []}
+    kwargs = {"quick": args.quick, "verbose": not args.json,
+              "out": str(out / f"bench_{name}{'_quick' if args.quick else ''}.json")}
+    if args.smoke:
+        kwargs["cfg"] = mod.SMOKE
+    if not args.json:
+        print(f"== {name} ==", flush=True)
+    res = mod.main(**kwargs)
+    if not args.json:
+        print(flush=True)
+    return res
+
+
+def print_targets(targets: list[dict], missed: list[dict]) -> None:
+    """Every target as MET or MISSED in one table, the count, and :data:`MISSED_NOTE` when
+    one was missed."""
+    if not targets:
+        return
+    rows = [{"benchmark": t["benchmark"], "target": t["target"], "value": t["value"],
+             "goal": t["goal"], "status": "MET" if t["met"] else "MISSED"} for t in targets]
+    print(table(rows, ["benchmark", "target", "value", "goal", "status"], fmt="{:.3g}"))
+    print(f"{len(targets) - len(missed)}/{len(targets)} targets met")
+    if missed:
+        print(MISSED_NOTE)

@@ -141,17 +141,36 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.retrain and (out / "runs").is_dir():
         remove_run_sets(out / "runs")
+
     def import_study(name):
         return _studies.import_study(name, experiments)
 
-    common = import_study("common")
-    opts = common.Options(out=out, quick=args.quick, seeds=args.seeds, executor=args.executor,
-                          workers=args.workers, ray_address=args.ray_address)
+    opts = import_study("common").Options(out=out, quick=args.quick, seeds=args.seeds,
+                                          executor=args.executor, workers=args.workers,
+                                          ray_address=args.ray_address)
     tpath = out / "timings.json"
     timings = read_timings(tpath)
     timings.setdefault("studies", {})
-    failed = []
     t_all = time.perf_counter()
+    failed = run_studies(names, opts, timings, import_study, args)
+    total = time.perf_counter() - t_all
+    record_invocation(timings, names, failed, total, args)
+    write_json_atomic(str(tpath), timings)
+    if not args.no_report:
+        report = import_study("report").write_report(out)
+        print(f"wrote {report}")
+    print(f"sat figures: {len(names) - len(failed)}/{len(names)} studies in {total:.1f} s -> {out}")
+    if failed:
+        print(f"sat figures: failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_studies(names: list[str], opts, timings: dict, import_study, args) -> list[str]:
+    """Run each study's ``run(opts)``, timing it into ``timings["studies"]``; the names of
+    those that failed (a broken study is reported and the others still run; bad input
+    stops everything)."""
+    failed = []
     for name in names:
         t0 = time.perf_counter()
         print(f"[{name}] running ...", flush=True)
@@ -167,19 +186,15 @@ def run(args) -> int:
         timings["studies"][name] = {"seconds": round(dt, 2), "quick": bool(args.quick),
                                     "seeds": args.seeds}
         print(f"[{name}] {dt:.1f} s: " + ", ".join(p.name for p in paths), flush=True)
-    total = time.perf_counter() - t_all
+    return failed
+
+
+def record_invocation(timings: dict, names: list[str], failed: list[str], total: float,
+                      args) -> None:
+    """``timings["last_invocation"]``, and ``"complete_run"`` when every study ran and none
+    failed (the wall time of a complete run: later partial runs may find the training runs
+    cached and show only plotting time)."""
     timings["last_invocation"] = {"studies": names, "seconds": round(total, 2),
                                   "quick": bool(args.quick), "seeds": args.seeds}
     if set(names) == set(STUDIES) and not failed:
-        # the wall time of a complete run (the per-study times of later partial runs may find
-        # the training runs cached and show only plotting time)
         timings["complete_run"] = dict(timings["last_invocation"])
-    write_json_atomic(str(tpath), timings)
-    if not args.no_report:
-        report = import_study("report").write_report(out)
-        print(f"wrote {report}")
-    print(f"sat figures: {len(names) - len(failed)}/{len(names)} studies in {total:.1f} s -> {out}")
-    if failed:
-        print(f"sat figures: failed: {', '.join(failed)}", file=sys.stderr)
-        return 1
-    return 0
