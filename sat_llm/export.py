@@ -285,7 +285,9 @@ def check_task_import(task, where: str) -> None:
     names it): importing it would run code shipped with the file."""
     if not isinstance(task, str):
         raise InputError(f"{where}: the task must be a name, got {type(task).__name__}")
-    allowed = os.environ.get("SAT_ALLOW_TASK_IMPORT", "")
+    from .tasks import TASK_IMPORT_ENV
+
+    allowed = os.environ.get(TASK_IMPORT_ENV, "")
     if ":" in task and allowed != "*" and task not in allowed.split(","):
         raise InputError(f"{where} names the task class {task!r}: importing it would run its "
                          "module's code; sat does that only when asked (sat team/export "

@@ -152,7 +152,7 @@ def blas_summary(info: dict) -> str:
 def save_json(obj: dict, name: str, out: str | os.PathLike | None = None) -> Path:
     """Write ``obj`` as JSON to ``out`` (default ``results/<name>.json``); return the path."""
     from sat_theory.checkpoint import write_atomic
-    from sat_theory.commands._io import dumps
+    from sat_theory.fileio import dumps
 
     path = Path(out) if out is not None else RESULTS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

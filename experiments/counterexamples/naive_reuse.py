@@ -16,7 +16,7 @@ import argparse
 import json
 import os
 
-from sat_theory.commands._io import dumps
+from sat_theory.fileio import dumps
 from sat_theory.verify.naive_reuse import find_naive_reuse, naive_reuse_path, save_naive_reuse
 
 

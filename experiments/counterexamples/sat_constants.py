@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from sat_theory.commands._io import dumps
+from sat_theory.fileio import dumps
 from sat_theory.policy import kl_rows, tv_rows
 from sat_theory.stage0 import project_geometric
 from sat_theory.verify.estimators import sign_bandit_miss_probability

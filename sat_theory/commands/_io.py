@@ -1,7 +1,6 @@
 """Helpers of the subcommands: plain tables, ``--only`` selections, the source-checkout rule
 for default output folders. The file and JSON helpers live in :mod:`sat_theory.fileio`
-(below the command line) and are re-exported here for the studies that import them from
-this module."""
+(below the command line)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from ..fileio import check_utf8, dumps, jsonable, read_utf8  # noqa: F401  (re-exported)
 
 
 def refuse_source_tree(out, given: bool, flag: str = "--out") -> None:
