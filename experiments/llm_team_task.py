@@ -439,6 +439,9 @@ def run_one(cfg, name: str, root: Path, resume: bool, n_validation: int | None =
             raise SystemExit(f"tuning needs more than {v} training problems, got {cfg.n_train}")
         cfg = replace(cfg, validation=v, heldout="validation", n_train=cfg.n_train - v, n_eval=v)
     d = root / name
+    if _finished(d):  # its wall clock and load stay those of the sessions that trained it
+        print(f"{d}: finished already")
+        return d
     # ours resume from a checkpoint; a peer run (or one without a checkpoint) starts again
     resumed = method not in PEERS and any(d.glob("checkpoint*"))
     with wall_clock(root / ".logs" / (log_name(name) + ".wall"), resumed) as wall:

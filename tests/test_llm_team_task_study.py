@@ -206,3 +206,11 @@ def test_queue_runs_every_method_tuning_first_and_reports(tmp_path, monkeypatch)
     assert relay.main(["--study-dir", str(root), "--report", "--lr-grid", "0.01"]) == 0
     text = (root / "study.md").read_text()
     assert "| naive | 0 | " in text and text.count("not yet run") > 0
+
+
+def test_a_finished_run_is_not_rerun_and_keeps_its_wall_clock(tmp_path):
+    name = relay.run_name(2, "sat", 1e-3, 0)
+    d = _fake(tmp_path, name, [[0, 1], [1, 1]])
+    before = (d / "study.json").read_text()
+    assert relay.run_one(relay.study_config(), name, tmp_path, True) == d
+    assert (d / "study.json").read_text() == before
