@@ -521,23 +521,34 @@ def settings_argv(cfg) -> list[str]:
     return [x for k, v in asdict(cfg).items() for x in (f"--{k.replace('_', '-')}", str(v))]
 
 
+def queue_command(cfg, root: Path, name: str, n_validation: int | None = None, nice: int = 0,
+                  budgets: dict | None = None) -> list[str]:
+    """The argv of one queued run: ``--run NAME --resume`` with the settings ``cfg`` (its
+    ``budget`` replaced by ``budgets[n]`` for a run of team size ``n`` when given), under
+    ``nice -n nice`` if ``nice``."""
+    from dataclasses import replace
+
+    n = parse_run(name)[0]
+    if budgets and n in budgets:
+        cfg = replace(cfg, budget=budgets[n])
+    return [*(["nice", "-n", str(nice)] if nice else []), sys.executable,
+            str(Path(__file__).resolve()), "--study-dir", str(root), "--run", name,
+            "--resume", *settings_argv(cfg),
+            *(["--n-validation", str(n_validation)] if n_validation else [])]
+
+
 def run_relay_queue(cfg, root: Path, jobs: int = 2, ns=TEAM_SIZES, seeds=SEEDS, grid=None,
-                    n_validation: int | None = None, poll: float = 10.0, nice: int = 0) -> int:
+                    n_validation: int | None = None, poll: float = 10.0, nice: int = 0,
+                    budgets: dict | None = None) -> int:
     """The whole study (:func:`queue_relay`), ``jobs`` runs at a time, each its own process
-    ``--run NAME --resume`` (under ``nice -n nice`` if ``nice``) with the settings ``cfg`` (one
-    torch thread) and its log in ``root/.logs/``
-    (:func:`experiments.study_queue.run_queue`): finished runs are skipped, a killed run
-    resumes (ours from its checkpoint; CoMLRL starts again), a chosen-rate run waits for its
-    tuning runs. Returns 0 when every run finished."""
+    (:func:`queue_command`: one torch thread, the budget of its team size) with its log in
+    ``root/.logs/`` (:func:`experiments.study_queue.run_queue`): finished runs are skipped, a
+    killed run resumes (ours from its checkpoint; CoMLRL starts again), a chosen-rate run
+    waits for its tuning runs. Returns 0 when every run finished."""
     from experiments.study_queue import run_queue
 
-    def command(name: str) -> list[str]:
-        return [*(["nice", "-n", str(nice)] if nice else []), sys.executable,
-                str(Path(__file__).resolve()), "--study-dir", str(root), "--run", name,
-                "--resume", *settings_argv(cfg),
-                *(["--n-validation", str(n_validation)] if n_validation else [])]
-
-    return run_queue(queue_relay(ns, seeds, grid), lambda e: resolve(root, e, grid), command,
+    return run_queue(queue_relay(ns, seeds, grid), lambda e: resolve(root, e, grid),
+                     lambda name: queue_command(cfg, root, name, n_validation, nice, budgets),
                      lambda name: _finished(root / name), root / ".logs", jobs, poll)
 
 
@@ -831,6 +842,16 @@ def _csv(kind):
     return parse
 
 
+def _budgets(text: str) -> dict[int, int]:
+    try:
+        out = {int(k): int(v) for k, v in (x.split("=") for x in text.split(",") if x.strip())}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not N=B pairs: {text!r}") from None
+    if any(k not in TEAM_SIZES or v < 1 for k, v in out.items()):
+        raise argparse.ArgumentTypeError(f"team sizes 2, 3 and budgets >= 1, got {text!r}")
+    return out
+
+
 def main(argv=None) -> int:
     from dataclasses import asdict, fields
 
@@ -854,6 +875,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=_csv(int), default=SEEDS, help="--queue: seeds")
     ap.add_argument("--lr-grid", type=_csv(float), default=None,
                     help="--queue/--report: tuning rates (default: the issue-21 grid)")
+    ap.add_argument("--budgets", type=_budgets, default=None, metavar="N=B,...",
+                    help="--queue: budget units per team size, e.g. 2=8,3=4 (default: --budget)")
     ap.add_argument("--n-validation", type=int, default=None,
                     help="validation problems of a tuning run (default 50)")
     ap.add_argument("--method", choices=[*METHODS, *PEERS], default=None,
@@ -881,7 +904,8 @@ def main(argv=None) -> int:
         ap.error(f"--ns: team sizes are 2 and 3, got {bad}")
     if args.queue:
         return run_relay_queue(cfg, root, args.jobs, args.ns, args.seeds, args.lr_grid,
-                               args.n_validation, poll=args.poll, nice=args.nice)
+                               args.n_validation, poll=args.poll, nice=args.nice,
+                               budgets=args.budgets)
     if args.run:
         try:
             parse_run(args.run)

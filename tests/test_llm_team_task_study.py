@@ -214,3 +214,22 @@ def test_a_finished_run_is_not_rerun_and_keeps_its_wall_clock(tmp_path):
     before = (d / "study.json").read_text()
     assert relay.run_one(relay.study_config(), name, tmp_path, True) == d
     assert (d / "study.json").read_text() == before
+
+
+def test_queue_commands_carry_the_settings_and_each_team_sizes_budget(tmp_path):
+    cfg = relay.study_config(model="tiny-random", budget=12)
+    cmd = relay.queue_command(cfg, tmp_path, "n3/tune/sat_lr0.001_s0", 4, 3, {3: 4})
+    assert cmd[:3] == ["nice", "-n", "3"] and cmd[cmd.index("--run") + 1] == "n3/tune/sat_lr0.001_s0"
+    assert cmd[cmd.index("--budget") + 1] == "4" and cmd[cmd.index("--model") + 1] == "tiny-random"
+    assert cmd[cmd.index("--n-validation") + 1] == "4"
+    cmd2 = relay.queue_command(cfg, tmp_path, "n2/sat_lr0.001_s0", budgets={3: 4})
+    assert cmd2[cmd2.index("--budget") + 1] == "12" and "nice" not in cmd2
+    # the flags parse back to the same settings
+    from dataclasses import fields
+
+    args = cmd2[cmd2.index("--resume") + 1:]
+    ns = {fields(cfg)[i].name: v for i, v in enumerate(args[1::2])}
+    assert ns == {f.name: str(getattr(cfg, f.name)) for f in fields(cfg)}
+    with pytest.raises(SystemExit) as e:
+        relay.main(["--queue", "--budgets", "4=2"])
+    assert e.value.code == 2
