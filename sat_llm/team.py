@@ -907,8 +907,8 @@ class LLMTeam(EpisodeLoop):
                 for s in range(0, M, mb):
                     e = min(s + mb, M)
                     loss, seq, klv, surr = self._accumulate(agent, ctxs, msgs, behT, adv, refs,
-                                                            beta, M, s, e, at_ref=steps == 0,
-                                                            fill=fill)
+                                                            beta, M, s, e,
+                                                            at_ref=at_ref and steps == 0, fill=fill)
                     if any(c[2] is None for c in refs):
                         fill()
                     gnorm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip))
