@@ -426,25 +426,14 @@ def run_one(cfg: StudyConfig, name: str, out: Path, resume: bool) -> Path:
     extra = dict(run=name, lr=lr, tune=tune, load_start=os.getloadavg(), schedule=at)
     # wall seconds over every session of a resumed run: a heartbeat file outside the run folder
     # (a peer run, or one of ours without a checkpoint, starts again from zero)
-    wall_file = out / ".logs" / (name.replace("/", "_") + ".wall")
-    wall_file.parent.mkdir(parents=True, exist_ok=True)
-    fresh = method not in ("plain", "sat") or not _has_checkpoint(d) or not wall_file.is_file()
-    before = 0.0 if fresh else float(wall_file.read_text() or 0.0)
-    t0, stop = time.time(), __import__("threading").Event()
+    from experiments.study_queue import log_name, wall_clock
 
-    def heartbeat():
-        while not stop.wait(30):
-            tmp = wall_file.with_suffix(".tmp")
-            tmp.write_text(f"{before + time.time() - t0:.1f}")
-            os.replace(tmp, wall_file)
-
-    __import__("threading").Thread(target=heartbeat, daemon=True).start()
-    try:
+    wall_file = out / ".logs" / (log_name(name) + ".wall")
+    resumed = method in ("plain", "sat") and _has_checkpoint(d) and wall_file.is_file()
+    with wall_clock(wall_file, resumed) as wall:
         _train_one(cfg, method, seed, d, out, resume, units, at, extra)
-    finally:
-        stop.set()
     meta = json.loads((d / "study.json").read_text())
-    meta.update(load_end=os.getloadavg(), wall_seconds=before + time.time() - t0)
+    meta.update(load_end=os.getloadavg(), wall_seconds=wall())
     write_json_atomic(d / "study.json", meta)
     return d
 
@@ -540,46 +529,14 @@ def run_queue(out: Path, queue: str, jobs: int = 2, poll: float = 10.0) -> int:
     ``out/.logs/``): finished runs are skipped, a killed run resumes (ours from its
     checkpoint; a peer run starts again), an entry that needs chosen rates waits for its
     tuning runs. Commits nothing. Returns 0 when every entry finished, else 1."""
-    import subprocess
+    from experiments.study_queue import run_queue as run_entries
 
-    entries = QUEUES[queue]()
-    logs = out / ".logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    running: dict[str, subprocess.Popen] = {}
-    failed: set[str] = set()
-    pending = list(entries)
-    while pending or running:
-        for name, proc in list(running.items()):
-            if proc.poll() is not None:
-                del running[name]
-                print(f"{time.strftime('%H:%M:%S')} {name}: exit {proc.returncode}", flush=True)
-                if proc.returncode != 0:
-                    failed.add(name)
-        progressed = False
-        for entry in list(pending):
-            if len(running) >= jobs:
-                break
-            name = resolve(out, entry)
-            if name is None:
-                continue  # waits for its tuning runs
-            pending.remove(entry)
-            progressed = True
-            if name in running or name in failed or _finished(out / name):
-                continue
-            log = logs / (name.replace("/", "_") + ".log")
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--out", str(out),
-                   "--run", name, "--resume"]
-            print(f"{time.strftime('%H:%M:%S')} start {name}", flush=True)
-            with open(log, "a") as fh:
-                running[name] = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
-        if not running and not progressed and pending:
-            print(f"cannot resolve {pending}: their tuning runs failed", flush=True)
-            break
-        if running:
-            time.sleep(poll)
-    left = [e for e in entries if (n := resolve(out, e)) is None or not _finished(out / n)]
-    print(f"{len(entries) - len(left)} of {len(entries)} finished; failed: {sorted(failed)}")
-    return 0 if not left else 1
+    def command(name: str) -> list[str]:
+        return [sys.executable, str(Path(__file__).resolve()), "--out", str(out), "--run", name,
+                "--resume"]
+
+    return run_entries(QUEUES[queue](), lambda e: resolve(out, e), command,
+                       lambda name: _finished(out / name), out / ".logs", jobs, poll)
 
 
 # ------------------------------------------------------------------ the common-schedule report
