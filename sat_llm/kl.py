@@ -27,20 +27,18 @@ __all__ = ["token_kl", "sequence_kl", "sampled_sequence_kl", "upstream_agents",
 STALE_WEIGHT = 0.5
 
 
-def token_kl(logp_ref: torch.Tensor, logp_new: torch.Tensor, mask: torch.Tensor,
-             p_ref: torch.Tensor | None = None) -> torch.Tensor:
+def token_kl(logp_ref: torch.Tensor, logp_new: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``KL(π_ref(·|s,x_<u) ‖ π_new(·|s,x_<u))`` at every position: ``(B,T,V), (B,T,V), (B,T)
     -> (B,T)``, ``Σ_v p_ref (log p_ref − log p_new)``, zero where ``mask`` is 0.
-    Vocabulary entries with ``p_ref = 0`` contribute 0 (``0 log 0 = 0``). ``p_ref``:
-    ``logp_ref.exp()`` when the caller has it already (the same numbers)."""
-    p_ref = logp_ref.exp() if p_ref is None else p_ref
+    Vocabulary entries with ``p_ref = 0`` contribute 0 (``0 log 0 = 0``)."""
+    p_ref = logp_ref.exp()
     diff = torch.where(p_ref > 0, logp_ref - logp_new, torch.zeros_like(logp_ref))
     return (p_ref * diff).sum(-1) * mask
 
 
-def sequence_kl(logp_ref, logp_new, mask, p_ref=None) -> torch.Tensor:
+def sequence_kl(logp_ref, logp_new, mask) -> torch.Tensor:
     """Exact token-sum KL per message, ``Σ_u token_kl`` (B,)."""
-    return token_kl(logp_ref, logp_new, mask, p_ref).sum(-1)
+    return token_kl(logp_ref, logp_new, mask).sum(-1)
 
 
 def sampled_sequence_kl(tok_logp_ref: torch.Tensor, tok_logp_new: torch.Tensor,

@@ -352,7 +352,7 @@ def in_chunks(n: int, size: int, fn, *, what: str, device=None) -> tuple[list, i
 
 def _rows(chunks: list, a: int, b: int, T: int) -> tuple:
     """Rows ``[a, b)`` with ``T`` token columns of row-chunked tuples of ``(B,T,V)`` or
-    ``(B,T)`` tensors (the reference pass: ``(logp, tokens, mask, p_ref)``),
+    ``(B,T)`` tensors (the reference pass: ``(logp, tokens, mask)``),
     ``chunks = [(start, end, tuple), ...]``: the chunk itself when it is exactly those rows
     (no copy), else the rows gathered and padded (masked columns)."""
     for s, e, c in chunks:
@@ -739,13 +739,12 @@ class LLMTeam(EpisodeLoop):
     def _ref_logps(self, agent: int, batch: Batch, reference: AgentSnapshot, ctxs, msgs,
                    defer=frozenset()):
         """Reference log-probabilities (full vocabulary, float64) as row chunks ``[[start,
-        end, (logp, tokens, mask, p_ref = exp(logp))], ...]`` of the agent's micro-batch size
-        (read them with :func:`_rows`), cached for the current (batch, agent, reference)
-        triple: backtracking retries and the monitor reuse them, ``p_ref`` included (each
-        KL would otherwise exponentiate the same (B,T,V) float64 tensor again).
+        end, (logp, tokens, mask)], ...]`` of the agent's micro-batch size (read them with
+        :func:`_rows`), cached for the current (batch, agent, reference) triple (backtracking
+        retries and the monitor reuse them).
 
         ``defer``: row ranges ``(a, b)`` left as ``[a, b, None]`` for the caller to fill with
-        :meth:`_ref_chunk` from a forward it runs anyway at the reference weights (the
+        a forward it runs anyway at the reference weights (the
         update's first minibatch, :meth:`update`); a later call without ``defer`` computes
         any range still missing."""
         key = (id(batch), batch.rollout_id, agent, id(reference), reference.version)
@@ -766,27 +765,20 @@ class LLMTeam(EpisodeLoop):
                 return done[(a, b)]
             if (a, b) in defer:
                 return [a, b, None]
-            return [a, b, self._ref_chunk(score_logits(
-                model, ctxs[a:b], msgs[a:b], pad_id=pad, temperature=self.cfg.temperature,
-                dtype=torch.float64, share_prefix=True))]
+            return [a, b, score_logits(model, ctxs[a:b], msgs[a:b], pad_id=pad,
+                                       temperature=self.cfg.temperature, dtype=torch.float64,
+                                       share_prefix=True)]
 
         out = self._chunked(agent, len(ctxs), run, "reference scoring")
         self._ref_cache = (key, out)
         return out
-
-    @staticmethod
-    @torch.no_grad()
-    def _ref_chunk(scored: tuple) -> tuple:
-        """A reference-cache entry from a float64 ``score_logits`` triple."""
-        logp, toks, mask = scored
-        return logp, toks, mask, logp.exp()
 
     def _minibatch_loss(self, agent: int, ctxs, msgs, beh, adv, ref_mb, beta: float, M: int):
         """``(loss, seq_logp, kl, surr)`` of one minibatch at the current adapter:
         ``loss = −(Σ_m surr_m − β Σ_m KL̂_exact(m)) / M`` (so a pass over the batch sums to
         ``−L^clip + β·mean KL̂``), ``surr_m`` in the configured ratio form (:mod:`sat_llm.loss`;
         ``beh``: summed behaviour log-probs for ``sequence``; ``token`` takes its old per-token
-        log-probs from the reference pass ``ref_mb = (logp, tokens, mask, p_ref)``).
+        log-probs from the reference pass ``ref_mb = (logp, tokens, mask)``).
         ``ref_mb=None``: the adapter is at the reference weights, and this forward's logits
         (in float64, detached) are the reference pass of these rows; the entry is returned as
         a fifth element (:meth:`update` caches it)."""
@@ -801,8 +793,8 @@ class LLMTeam(EpisodeLoop):
         logp, toks, mask = scored[:3]
         made = None
         if ref_mb is None:  # the same logits a no-grad float64 reference pass computes
-            made = ref_mb = self._ref_chunk((scored[3], toks.detach(), mask.double()))
-        lp_ref, toks_ref, mask_ref, p_ref = ref_mb
+            made = ref_mb = (scored[3], toks.detach(), mask.double())
+        lp_ref, toks_ref, mask_ref = ref_mb
         tok = message_logprobs(logp, toks, mask)
         seq = tok.sum(-1)
         if self.cfg.ratio == "token":
@@ -814,7 +806,7 @@ class LLMTeam(EpisodeLoop):
         # adds exactly 0 to loss and gradient: the KL is then measured, not differentiated
         with torch.set_grad_enabled(torch.is_grad_enabled()
                                     and float(torch.tensor(float(beta), dtype=torch.float32)) != 0):
-            klv = sequence_kl(lp_ref, logp.double(), mask.double(), p_ref).float()
+            klv = sequence_kl(lp_ref, logp.double(), mask.double()).float()
         loss = -(surr.sum() - float(beta) * klv.sum()) / M
         return (loss, seq, klv, surr) if made is None else (loss, seq, klv, surr, made)
 
@@ -1000,13 +992,13 @@ class LLMTeam(EpisodeLoop):
         at_ref = self._version[agent] == reference.version
 
         def run(a, b):
-            lp_ref, toks, mask, p_ref = _rows(refs, a, b, _longest(msgs[a:b]))
+            lp_ref, toks, mask = _rows(refs, a, b, _longest(msgs[a:b]))
             logp = lp_ref if at_ref else score_logits(
                 model, ctxs[a:b], msgs[a:b], pad_id=pad, temperature=self.cfg.temperature,
                 dtype=torch.float64, share_prefix=True)[0]
             tok_new = message_logprobs(logp, toks, mask)
             tok_ref = message_logprobs(lp_ref, toks, mask)
-            return (sequence_kl(lp_ref, logp, mask, p_ref).double(),
+            return (sequence_kl(lp_ref, logp, mask).double(),
                     sampled_sequence_kl(tok_ref, tok_new, mask).double(),
                     tok_new.sum(-1).double(), int(mask.sum()))
 
