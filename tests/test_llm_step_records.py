@@ -44,6 +44,7 @@ KL_FIELDS = ("kl", "kl_max", "kl_sampled", "kl_per_token", "delta", "kl_train", 
              "empirical_certificate_sat")
 KL_TOL = 1e-10
 
+
 class LowercaseTask(Task):
     """Score: the fraction of lowercase letters in the final message (graded even for a
     random model, so advantages are non-zero and the updates real)."""
