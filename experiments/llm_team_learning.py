@@ -268,7 +268,7 @@ def finish_peer_run(d: Path, method: str, seed: int, t_start: float, cfg: StudyC
 # ------------------------------------------------------------------ TRL's GRPOTrainer (n = 1)
 def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int, eval_every: int = 4,
                   loss_type: str = "dapo", grad_clip: float = 1.0, meta_extra: dict | None = None,
-                  **grpo) -> Path:
+                  trainer_seed: int | None = None, **grpo) -> Path:
     """TRL's ``GRPOTrainer`` with the study's settings (:func:`experiments.peer_trl.grpo_trainer`):
     the problems, prompts and held-out set of our single-agent team with the same seed, ``B =
     prompts`` prompts × ``G`` completions per generation, optimizer steps on minibatches of
@@ -278,7 +278,9 @@ def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int, eval_ever
     and evaluated by the same greedy
     held-out evaluation (``eval_{k}.jsonl``, ``k`` = generations); ``metrics.jsonl`` gets one
     record per evaluation with the generated tokens and the training wall seconds (evaluation
-    time excluded, as for our runs). Not resumable: a killed TRL run starts again."""
+    time excluded, as for our runs). ``trainer_seed`` (default ``seed``): TRL's own seed (its
+    sampling, LoRA init and prompt order), the problems staying those of ``seed``. Not
+    resumable: a killed TRL run starts again."""
     from transformers import TrainerCallback
 
     from experiments.peer_trl import adapter_into, grpo_trainer
@@ -297,8 +299,8 @@ def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int, eval_ever
     tr = grpo_trainer(hf_dir(cfg.model), team.task, team.train_pool, lora_r=cfg.lora_r,
                       lora_alpha=2 * cfg.lora_r, lora_targets=llm.lora_targets,
                       group_size=cfg.group_size, prompts_per_step=cfg.prompts, lr=cfg.lr,
-                      max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=seed,
-                      out_dir=d / "trl_out", steps=steps * spg, loss_type=loss_type,
+                      max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                      seed=seed if trainer_seed is None else trainer_seed, out_dir=d / "trl_out", steps=steps * spg, loss_type=loss_type,
                       grad_clip=grad_clip, per_device_train_batch_size=cfg.minibatch,
                       steps_per_generation=spg, **grpo)
     tokens = [0]
@@ -314,7 +316,7 @@ def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int, eval_ever
 
     writer = RunWriter(str(d))
     writer.write_config(dict(peer="trl.GRPOTrainer", study=asdict(cfg), seed=seed,
-                             grpo=tr.args.to_dict()))
+                             trainer_seed=trainer_seed, grpo=tr.args.to_dict()))
     clock = dict(train=0.0, last=time.perf_counter())
 
     def evaluate(k: int) -> None:
@@ -359,7 +361,10 @@ N_VALIDATION = 50
 #: its gradient), and with no trust region β is never adapted: exactly β = 0
 PLAIN_FLAGS = ["--method", "no-tr", "--agents", "1", "--beta", "1e-300", "--ratio", "token",
                "--no-std-norm"]
-STUDY_METHODS = ("plain", "trl-drgrpo", "sat", "trl", "comlrl")
+#: "trl-rerun": TRL dr_grpo again on the same seed's problems with TRL's own seed RERUN_SEED + s,
+#: the noise floor of the parity test (two runs of one algorithm differ by their random streams)
+STUDY_METHODS = ("plain", "trl-drgrpo", "trl-rerun", "sat", "trl", "comlrl")
+RERUN_SEED = 1000
 
 
 def trl_drgrpo_clip(cfg: StudyConfig) -> float:
@@ -379,7 +384,7 @@ def messages_per_unit(cfg: StudyConfig, method: str) -> int:
 
     episodes = cfg.prompts * cfg.group_size
     return {"sat": 2 * episodes * 2, "plain": episodes, "trl": episodes,
-            "trl-drgrpo": episodes, "comlrl": messages_per_prompt(cfg.group_size)}[method]
+            "trl-drgrpo": episodes, "trl-rerun": episodes, "comlrl": messages_per_prompt(cfg.group_size)}[method]
 
 
 def schedule(cfg: StudyConfig, method: str) -> tuple[int, list[int]]:
@@ -447,9 +452,11 @@ def _train_one(cfg, method, seed, d, out, resume, units, at, extra) -> None:
         flags = PLAIN_FLAGS if method == "plain" else METHODS["sat"][0]
         run_ours(cfg, method, seed, out, resume, units, d=d,
                  flags=[*flags, "--eval-every", str(k)], meta_extra=extra)
-    elif method in ("trl", "trl-drgrpo"):
+    elif method in ("trl", "trl-drgrpo", "trl-rerun"):
         kw = (dict(loss_type="dr_grpo", scale_rewards="none", grad_clip=trl_drgrpo_clip(cfg))
-              if method == "trl-drgrpo" else {})  # trl: TRL's own dapo, group std, clip 1
+              if method != "trl" else {})  # trl: TRL's own dapo, group std, clip 1
+        if method == "trl-rerun":
+            kw["trainer_seed"] = RERUN_SEED + seed
         run_study_trl(cfg, seed, d, steps=units, eval_every=at[0], meta_extra=extra, **kw)
     else:
         from experiments.peer_comlrl import run_study_comlrl
@@ -492,12 +499,14 @@ def score_matrix(d: Path, scoring: str = "lenient"):
 
 
 #: the queue of the common-schedule study, in the order it runs: parity (ours-plain vs TRL
-#: dr_grpo, three seeds, the same rate), the tuning grid on the validation set, the chosen
+#: dr_grpo, three seeds, the same rate, and TRL dr_grpo rerun with its own other seed: the
+#: noise floor), the tuning grid on the validation set, the chosen
 #: rates on three seeds, then 3x and 10x the chosen rates on two seeds ("@F" = F x chosen)
 def queue_issue21() -> list[str]:
     q = []
     for s in range(3):
         q += [run_name("plain", 1e-3, s), run_name("trl-drgrpo", 1e-3, s)]
+    q += [run_name("trl-rerun", 1e-3, s) for s in range(3)]
     for lr in LR_GRID:
         q += [run_name(m, lr, 0, tune=True) for m in ("plain", "trl", "sat", "comlrl")]
     q.append(run_name("comlrl", COMLRL_DEFAULT_LR, 0, tune=True))
@@ -605,26 +614,35 @@ def report_common(out: Path) -> dict:
     # parity
     lines = ["| seed | plain final | TRL dr_grpo final | AUC plain − TRL, lenient [95% CI] | AUC "
              "plain − TRL, strict | final plain − TRL, lenient (McNemar p) | final, strict "
-             "(McNemar p) | CI of the lenient AUC difference includes 0 |",
-             "|---|---|---|---|---|---|---|---|"]
+             "(McNemar p) | CI of the lenient AUC difference includes 0 | noise floor: AUC "
+             "TRL − TRL rerun, lenient |",
+             "|---|---|---|---|---|---|---|---|---|"]
     parity = []
     for s in range(3):
         a, b = run_name("plain", 1e-3, s), run_name("trl-drgrpo", 1e-3, s)
+        rerun = run_name("trl-rerun", 1e-3, s)
+        floor = (paired_on_schedule(out / b, out / rerun)["lenient"]["diff"]
+                 if b in runs and rerun in runs else None)
         if a in runs and b in runs:
             ps = paired_on_schedule(out / a, out / b)
             d = {sc: ps[sc]["diff"] for sc in SCORINGS}
             inc = d["lenient"]["auc"][1] <= 0 <= d["lenient"]["auc"][2]
-            parity.append(dict(seed=s, includes_0=inc, **{f"{sc}_{k}": v for sc in SCORINGS
-                                                           for k, v in d[sc].items()}))
+            parity.append(dict(seed=s, includes_0=inc, noise_floor_auc=floor and floor["auc"],
+                               **{f"{sc}_{k}": v for sc in SCORINGS for k, v in d[sc].items()}))
             lines.append(f"| {s} | {ps['lenient']['a']['final']:.3f} | {ps['lenient']['b']['final']:.3f} | "
                          f"{_cell(d['lenient'], 'auc')} | {_cell(d['strict'], 'auc')} | "
                          f"{_cell(d['lenient'], 'final')} ({ps['lenient']['mcnemar_p']:.2g}) | "
                          f"{_cell(d['strict'], 'final')} ({ps['strict']['mcnemar_p']:.2g}) | "
-                         f"{'yes' if inc else 'no'} |")
+                         f"{'yes' if inc else 'no'} | {_cell(floor, 'auc')} |")
         else:
             lines.append(f"| {s} | {'done' if a in runs else 'not yet run'} | "
                          f"{'done' if b in runs else 'not yet run'} | not yet run | not yet run "
-                         "| not yet run | not yet run | — |")
+                         f"| not yet run | not yet run | — | {_cell(floor, 'auc')} |")
+    lines += ["", "Lenient AUC of every finished run (the seed-to-seed spread of one method; each "
+              "seed has its own problems, so these are not paired):", ""]
+    lines += [f"- {m}: " + (", ".join(f"seed {s} {100 * runs[n]['lenient']['auc'][0]:.1f}"
+                                      for s in range(3) if (n := run_name(m, 1e-3, s)) in runs)
+                            or "not yet run") for m in ("plain", "trl-drgrpo", "trl-rerun")]
     tables["parity"] = parity
     (out / "parity.md").write_text("\n".join(lines) + "\n")
     # tuning grid

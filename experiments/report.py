@@ -792,7 +792,11 @@ def section_llm_common(folder: Path) -> str:
          "the generation batch into minibatches (ours keeps rollout order), draws its prompts "
          "by epoch (ours with replacement across rollouts) and applies Adam's ε = 1e-8 to a "
          "gradient 4× smaller; learning rate 1e-3 for both, 3 seeds. Parity: "
-         f"{verdict}.\n", (folder / "parity.md").read_text(),
+         f"{verdict}. The paired CI over problems covers the evaluation's noise only, not the "
+         "training run's random streams (samples, LoRA init, prompt order), which differ "
+         "between any two runs even of one algorithm; the last column measures that noise "
+         "floor: `trl-rerun` is TRL dr_grpo again on the same seed's problems with TRL's own "
+         f"seed {study.RERUN_SEED} + s.\n", (folder / "parity.md").read_text(),
          "**Tuning grid** (validation AUC, lenient / strict, seed 0; 50 validation problems "
          "disjoint from the 200 held-out ones and from the tuning runs' 50 training problems; "
          "chosen: the best lenient validation AUC):\n", (folder / "tuning.md").read_text(),

@@ -194,10 +194,25 @@ def test_common_report_parity_numbers_recompute_from_the_eval_files(tmp_path):
     assert p["lenient_auc"][0] == pytest.approx((1 / 4 + 1 / 2 + 3 / 4) / 3 - (1 / 4 + 1 / 4 + 1 / 2) / 3)
     assert p["lenient_final"][0] == pytest.approx(0.25) and p["strict_final"][0] == pytest.approx(0.25)
     text = (tmp_path / "parity.md").read_text()
-    assert "| 0 | 0.750 | 0.500 | 16.7 [" in text and text.count("not yet run") == 12
+    assert "| 0 | 0.750 | 0.500 | 16.7 [" in text and text.count("not yet run") == 16
+    assert p["noise_floor_auc"] is None and "- plain: seed 0 50.0" in text
     r = t["runs"]["plain_lr0.001_s0"]
     assert r["eval_share"] == pytest.approx(0.5) and r["kl_per_update"] == pytest.approx(0.01)
     assert "not yet (tuning runs missing)" in (tmp_path / "tuning.md").read_text()
+
+
+def test_parity_noise_floor_is_trl_against_its_rerun_on_the_same_problems(tmp_path):
+    """The parity table's last column: TRL dr_grpo minus the same algorithm rerun with TRL's
+    own other seed (same problems), on the common checkpoints."""
+    b = [[0, 0, 1, 0], [0, 0, 1, 0], [1, 0, 1, 0]]  # 1/4, 1/4, 1/2
+    c = [[0, 0, 1, 0], [1, 1, 1, 0], [1, 1, 1, 1]]  # 1/4, 3/4, 1
+    _fake_run(tmp_path, "plain_lr0.001_s0", b)
+    _fake_run(tmp_path, "trl-drgrpo_lr0.001_s0", b)
+    _fake_run(tmp_path, "trl-rerun_lr0.001_s0", c)
+    (p,) = study.report_common(tmp_path)["parity"]
+    assert p["noise_floor_auc"][0] == pytest.approx((1 / 4 + 1 / 4 + 1 / 2 - 1 / 4 - 3 / 4 - 1) / 3)
+    assert "| yes | -33.3 [" in (tmp_path / "parity.md").read_text()
+    assert study.queue_issue21()[6:9] == [f"trl-rerun_lr0.001_s{s}" for s in range(3)]
 
 
 def test_chosen_rate_is_the_best_validation_auc_and_waits_for_every_tuning_run(tmp_path):
@@ -236,5 +251,23 @@ def test_report_section_of_the_common_study_is_generated_from_the_run_folders(tm
     _fake_run(tmp_path, "plain_lr0.001_s0", [[0, 1, 0, 1], [1, 1, 0, 1]])
     _fake_run(tmp_path, "trl-drgrpo_lr0.001_s0", [[0, 1, 0, 1], [1, 0, 1, 1]])
     text = report.section_llm_common(tmp_path)
-    assert "includes 0 on 1 of 1 seed(s) run" in text and "Finished: 2 of the queue's 47" in text
+    assert "includes 0 on 1 of 1 seed(s) run" in text and "Finished: 2 of the queue's 50" in text
     assert (tmp_path / "parity.md").read_text() in text
+
+
+def test_trl_rerun_keeps_the_seeds_problems_and_changes_trls_own_seed(tmp_path):
+    """The noise-floor run: the same problems (held-out prompts) as trl-drgrpo of its seed,
+    TRL's own seed RERUN_SEED + s, and therefore other samples."""
+    pytest.importorskip("trl")
+    cfg = study.StudyConfig(model="tiny-random", n_train=12, n_eval=8, prompts=2, group_size=2,
+                            max_new_tokens=4, minibatch=4)
+    runs = {}
+    for m, kw in (("trl-drgrpo", {}), ("trl-rerun", dict(trainer_seed=study.RERUN_SEED))):
+        d = study.run_study_trl(cfg, 0, tmp_path / m, steps=1, eval_every=1, loss_type="dr_grpo",
+                                scale_rewards="none", **kw)
+        conf = json.loads((d / "config.json").read_text())
+        runs[m] = (conf["grpo"]["seed"], [json.loads(x) for x in
+                                          (d / "eval_1.jsonl").read_text().splitlines()])
+    (s0, e0), (s1, e1) = runs["trl-drgrpo"], runs["trl-rerun"]
+    assert (s0, s1) == (0, study.RERUN_SEED)
+    assert [r["prompt"] for r in e0] == [r["prompt"] for r in e1]
