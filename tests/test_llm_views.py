@@ -99,6 +99,10 @@ def test_kl_monitor_scores_the_generation_contexts(monkeypatch):
     monkeypatch.setattr(team_mod, "generate", real_gen)
     for j in range(3):
         snap = team.snapshot(j)
+        # move the adapter off the snapshot: an agent still at its reference's version is
+        # scored once (the reference pass is the current policy's), here both passes run
+        team._set_weights(j, {k: w + 1e-3 for k, w in snap.weights.items()})
+        team._bump(j)
         scored = []
 
         def spy_score(model, ctxs, msgs, scored=scored, **kw):
