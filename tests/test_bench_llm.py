@@ -39,7 +39,7 @@ def test_bench_llm_smoke_json(capsys):
     assert rs["matched_budget"]["sat"]["episodes"] == rs["same_batch"]["naive"]["episodes"]
     # batched rollout, KL monitor of agent 1 and of agent 2, and (with trl) ours vs TRL
     has_trl = importlib.util.find_spec("trl") is not None
-    assert [t["benchmark"] for t in obj["targets"]] == ["llm"] * (4 if has_trl else 3)
+    assert [t["benchmark"] for t in obj["targets"]] == ["llm"] * (5 if has_trl else 3)
     assert all(isinstance(t["met"], bool) for t in obj["targets"])
     assert ("vs_trl" in r) == has_trl
     if has_trl:
@@ -71,7 +71,9 @@ def test_bench_vs_trl_smoke(tmp_path):
     v = res["models"]["tiny-random"]
     _check_vs_trl(v)
     assert [t["target"] for t in res["targets"]] == [
-        "tiny-random: TRL GRPOTrainer step / our step (n = 1), paired median"]
+        "tiny-random: TRL GRPOTrainer step / our step (n = 1), paired median",
+        "tiny-random: TRL GRPOTrainer step / our SAT step with its monitor (n = 1), paired median"]
+    assert [t["value"] for t in res["targets"]] == [v["ratio_paired"], v["ratio_sat_paired"]]
     assert json.loads((tmp_path / "trl.json").read_text())["rows"][0]["model"] == "tiny-random"
 
 
