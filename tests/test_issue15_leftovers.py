@@ -361,8 +361,8 @@ def test_streamed_utf8_check_agrees_with_reading_the_whole_file(tmp_path_factory
                                                                  chunk, byte):
     """Any text passes in any chunk size (characters cut at a chunk boundary are carried);
     one invalid byte anywhere is reported at the same line and offset as read_utf8."""
-    from sat_theory.fileio import check_utf8, read_utf8
     from sat_theory.errors import InputError
+    from sat_theory.fileio import check_utf8, read_utf8
 
     path = tmp_path_factory.mktemp("u") / "f.jsonl"
     data = text.encode()
