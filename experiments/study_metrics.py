@@ -18,6 +18,10 @@ cancels in a difference; the 95% percentile interval of ``metric(A[:, idx]) −
 metric(B[:, idx])``. Finals are also compared by McNemar's exact test (:func:`mcnemar_exact`).
 Over seeds (:func:`bootstrap_pooled`): the mean of the per-seed differences, its interval from
 resampling the problems of each seed independently (a stratified paired bootstrap).
+
+Those intervals cover the evaluation's noise (which problems), not the training run's (its
+sampling, LoRA initialisation and prompt order). :func:`run_noise_interval` adds the run's
+noise, measured by re-running one method with another trainer seed on the same problems.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import math
 import numpy as np
 
 __all__ = ["curve_metrics", "METRICS", "bootstrap", "bootstrap_pooled", "mcnemar_exact",
-           "compare_runs", "common_checkpoints"]
+           "compare_runs", "common_checkpoints", "run_noise_interval"]
 
 #: metric name -> function of the accuracy curves ``acc`` (..., K) -> (...)
 METRICS = {
@@ -148,3 +152,39 @@ def common_checkpoints(budgets: list[dict[int, float]], grid: float, *, tol: flo
         else:
             rows.append(row)
     return rows
+
+
+def run_noise_interval(diffs, reruns, *, conf: float = 0.95) -> dict:
+    """Method difference against the training runs' own noise, over ``P`` seeds.
+
+    ``diffs[s] = m(A_s) − m(B_s)``: a metric of method ``A`` minus method ``B`` on seed ``s``'s
+    problems; ``reruns[s] = m(B_s) − m(B'_s)``: ``B`` minus ``B`` again with another trainer
+    seed on the same problems. Model: every run's metric is a seed effect (its problems) plus
+    its method's effect plus independent run noise, so that ``d_s = δ + e_s`` and ``r_s = e'_s``
+    with ``e_s, e'_s`` i.i.d. ``N(0, v)`` (the two methods' runs are assumed equally noisy).
+    With ``v̂ = (1/P) Σ r_s²`` (the reruns' mean is 0 by construction), ``(mean(d) − δ) /
+    sqrt(v̂/P)`` is Student-t with ``P`` degrees of freedom, so
+
+    - ``delta = (mean(d), lo, hi)``, ``mean(d) ± t_P · sqrt(v̂/P)``: the interval of ``δ``;
+    - ``per_seed_bound = t_P · sqrt(v̂)``: a single seed's ``|d_s|`` exceeds it with
+      probability ``1 − conf`` when ``δ = 0`` (``d_s / sqrt(v̂)`` is t_P);
+      ``within_noise[s] = |d_s| ≤ per_seed_bound``;
+    - ``seeds_only = (mean(d), lo, hi)``: the plain t-interval ``mean(d) ± t_{P−1} · s_d/√P``
+      from the differences alone (no rerun needed; wide with few seeds).
+
+    ``t_k`` is the two-sided ``conf`` quantile of Student-t with ``k`` degrees of freedom."""
+    from scipy.stats import t as student_t
+
+    d, r = np.asarray(diffs, dtype=np.float64), np.asarray(reruns, dtype=np.float64)
+    if d.ndim != 1 or r.ndim != 1 or len(d) < 2 or len(r) < 1:
+        raise ValueError("need >= 2 per-seed differences and >= 1 rerun difference")
+    q = 0.5 + conf / 2
+    P, R = len(d), len(r)
+    v = float(np.mean(r ** 2))
+    half = float(student_t.ppf(q, R) * math.sqrt(v / P))
+    bound = float(student_t.ppf(q, R) * math.sqrt(v))
+    half_seeds = float(student_t.ppf(q, P - 1) * d.std(ddof=1) / math.sqrt(P))
+    mean = float(d.mean())
+    return dict(delta=(mean, mean - half, mean + half), run_noise_sd=math.sqrt(v),
+                per_seed_bound=bound, within_noise=[bool(abs(x) <= bound) for x in d],
+                seeds_only=(mean, mean - half_seeds, mean + half_seeds))
