@@ -813,7 +813,7 @@ def section_llm_common(folder: Path) -> str:
          "TRL's per-token ratio, advantages r − mean; `trl-drgrpo` = TRL 1.16 GRPOTrainer with "
          "`loss_type=\"dr_grpo\"`, `scale_rewards=\"none\"`, β = 0, `max_grad_norm` = ours ÷ "
          f"{1 / study.trl_drgrpo_clip(study.StudyConfig()):g} "
-         "(its minibatch loss is ours ÷ L_max·mb/M); `tests/test_trl_oracle.py` checks 6 "
+         "(its minibatch loss is ours ÷ L_max·mb/M); `tests/llm/test_trl_oracle.py` checks 6 "
          "off-policy AdamW steps of this pair step by step. What still differs: TRL shuffles "
          "the generation batch into minibatches (ours keeps rollout order), draws its prompts "
          "by epoch (ours with replacement across rollouts) and applies Adam's ε = 1e-8 to a "

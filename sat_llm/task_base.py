@@ -252,7 +252,7 @@ def plain_integer(s: str) -> int | None:
     """``s`` as an integer when it is written plainly: an optional ``-`` and digits, or
     digits grouped in threes by commas after a non-zero lead (``-1,000``); else ``None``.
     Narrower than it could be, to stay where math-verify agrees (measured in
-    tests/test_answer_check.py): math-verify reads ``+1,000`` as the set {0, 1} and
+    tests/llm/test_answer_check.py): math-verify reads ``+1,000`` as the set {0, 1} and
     ``0,001`` as 0.001 (a decimal comma)."""
     s = s.strip()
     return int(s.replace(",", "")) if _PLAIN_INT.fullmatch(s) else None

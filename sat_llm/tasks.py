@@ -395,7 +395,7 @@ def math_verify_equal(pred: str, gold: str) -> bool:
     """``--checker math-verify`` (the default of the dataset task): math-verify's
     ``verify(parse(gold), parse(pred))``, except that two plain integers
     (:func:`plain_integer`) are compared as integers — the fast path, measured to agree with
-    math-verify (tests/test_answer_check.py) and far faster. math-verify's timeouts use
+    math-verify (tests/llm/test_answer_check.py) and far faster. math-verify's timeouts use
     ``signal.alarm``, which works only in the main thread; elsewhere they are off."""
     a, b = plain_integer(pred), plain_integer(gold)
     if a is not None and b is not None:

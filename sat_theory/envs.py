@@ -8,7 +8,7 @@ Random generators (all deterministic given ``seed``):
   state/joint action; ``sparse=True`` returns CSR transitions (turn-taking only).
 
 Named toy MDPs (:data:`NAMED`, :func:`named_mdp`), each with values derivable by hand
-(see ``tests/test_closed_form.py``):
+(see ``tests/theory/test_closed_form.py``):
 
 - ``bandit``: one state, two agents with two actions, coordination payoff
   ``R = [[1, 0], [0, 2]]``; ``V = r_π/(1−γ)``.

@@ -10,6 +10,10 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+# the shared helper modules assert too: rewrite their asserts as in the test modules
+pytest.register_assert_rewrite("tests.bad_files", "tests.faults", "tests.llm.helpers",
+                               "tests.llm.trainer_data")
+
 settings.register_profile(
     "ci", max_examples=25, deadline=None, derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
@@ -52,30 +56,3 @@ def device(request):
         if not torch.cuda.is_available():
             pytest.skip("needs a CUDA GPU")
     return request.param
-
-
-def interrupt_after(monkeypatch, target, sig):
-    """The first ``os.replace``/``shutil.rmtree`` that moves or deletes ``target`` is followed
-    at once by ``sig`` to this process (an interrupt in the worst moment)."""
-    import os
-    import shutil
-
-    real_replace, real_rmtree = os.replace, shutil.rmtree
-    fired = []
-
-    def fire(path):
-        if not fired and os.path.abspath(path) == os.path.abspath(target):
-            fired.append(path)
-            os.kill(os.getpid(), sig)
-
-    def replace(src, dst, *a, **kw):
-        real_replace(src, dst, *a, **kw)
-        fire(src)
-
-    def rmtree(path, *a, **kw):
-        real_rmtree(path, *a, **kw)
-        fire(path)
-
-    monkeypatch.setattr(os, "replace", replace)
-    monkeypatch.setattr(shutil, "rmtree", rmtree)
-    return fired

@@ -43,7 +43,7 @@ For each model (``tiny-random``; the full run adds ``smollm2-135m``), all throug
    one-agent ``LLMTeam`` (rollout with the behaviour log-prob check, reference pass, update,
    the exact-KL monitor and the records; no held-out evaluation), twice: **plain**
    (``--method no-tr``, β = 1e-300 = 0 in float32, the token ratio, no std normalisation:
-   the update of TRL's ``dr_grpo``, ``tests/test_trl_oracle.py``) and **SAT** (``--method
+   the update of TRL's ``dr_grpo``, ``tests/llm/test_trl_oracle.py``) and **SAT** (``--method
    sat``, δ = 0.05, its backtracking included). TRL 1.16's trainer built by
    ``experiments/peer_trl.py`` with ``loss_type="dr_grpo"`` (token level),
    ``scale_rewards="none"``, ``per_device_train_batch_size = minibatch`` and
@@ -637,7 +637,7 @@ def bench_vs_trl(mb: ModelBench, cfg: LLMBenchConfig) -> dict:
         raise ValueError("trl_prompts x trl_group_size must be a multiple of trl_minibatch")
     spg = per_gen // minibatch  # optimizer steps per generation batch (TRL steps_per_generation)
     kw = dict(agents=1, temperature=mb.trl_temperature, lr=mb.trl_lr, minibatch=minibatch,
-              ratio="token")  # the token ratio: TRL dr_grpo's update (tests/test_trl_oracle.py)
+              ratio="token")  # the token ratio: TRL dr_grpo's update (tests/llm/test_trl_oracle.py)
     contenders = {  # ours plain (the study's `plain`: β 1e-300 = 0 in float32), and SAT
         "ours": (make_team(mb, cfg, **kw), TrainConfig(
             method="no-tr", beta_init=1e-300, normalize_std=False, n_groups=B, group_size=G,

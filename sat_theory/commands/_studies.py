@@ -18,7 +18,7 @@ Loading: the folder is imported as the package ``experiments`` from its own
 ``__init__.py`` (an import spec whose search location is that folder; the studies import
 each other as ``experiments.NAME``), the benchmark scripts as their top-level names
 (``_common``, ``bench_NAME``: they import ``_common`` so). ``sys.path`` is never edited.
-``tests/test_layering.py`` checks that this is the only module of the packages that loads
+``tests/cli/test_layering.py`` checks that this is the only module of the packages that loads
 code from a file path.
 """
 

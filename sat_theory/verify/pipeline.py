@@ -79,7 +79,7 @@ def _cli(argv: list[str]) -> tuple[int, str, str]:
     """``sat ARGV`` in this process: (exit status, stdout, stderr). The command is found as a
     shell finds it, through the installed ``sat`` console-script entry point: what these
     checks verify is the command a user runs, and the verify suite, below the command line,
-    imports no command-line module (tests/test_layering.py). Without an installed ``sat``
+    imports no command-line module (tests/cli/test_layering.py). Without an installed ``sat``
     (a bare source tree) the status is 127 and the check fails, saying so."""
     from importlib.metadata import entry_points
 

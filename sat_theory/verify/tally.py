@@ -10,7 +10,7 @@ Conventions of every check built on :class:`Tally`:
   tight, negative means the certificate is vacuous) or ``bound/value`` over ``value > 0``
   (upper bounds: ≥ 1, 1 is tight). Findings say more (penalty actually used, vacuous share);
 - ``mutation``: a deliberate break of the statement (see each check's ``mutations``); under a
-  mutation the check must report violations — tests/test_verify_bounds.py shows it does.
+  mutation the check must report violations — tests/theory/test_verify_bounds.py shows it does.
 """
 
 from __future__ import annotations

@@ -1,0 +1,72 @@
+"""The vLLM engine's paths that real vLLM cannot reach in CI, against a CPU stand-in for
+vLLM's offline API (``tests/llm/fake_vllm.py``): an older vLLM that holds the stop token back
+from ``token_ids``, and the one-line errors without vLLM or without CUDA on a CUDA build.
+Everything else (the served base, one LoRA id per adapter version, one seed per request,
+the version and log-prob checks) runs against real vLLM's CPU build in
+``tests/llm/test_vllm_real.py``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from sat_llm.team import LLMConfig, LLMTeam, stop_ids  # noqa: E402
+from sat_theory.errors import InputError  # noqa: E402
+from tests.llm import fake_vllm  # noqa: E402
+
+BASE = dict(model="tiny-random", task="copy", agents=2, max_new_tokens=6, n_train=16,
+            n_eval=4, minibatch=4, lr=1e-2, seed=0, threads=1, device="cpu",
+            temperature=0.7)
+
+
+def vllm_team(monkeypatch, **kw):
+    """A team whose rollouts go through VLLMEngine and the stand-in (CUDA pretended while
+    the engine is built: the stand-in runs on the CPU)."""
+    fake_vllm.install(monkeypatch)
+    with monkeypatch.context() as m:
+        m.setattr(torch.cuda, "is_available", lambda: True)
+        team = LLMTeam(LLMConfig(**{**BASE, **kw}, engine="vllm"))
+    return team, fake_vllm.LLM.instances[-1]
+
+
+def test_a_held_back_stop_token_is_appended_and_rescored(monkeypatch):
+    """Older vLLM versions leave the stop token out of ``token_ids``: the engine appends it
+    and reports no log-probs for that call; the team rescores those messages."""
+    team, _ = vllm_team(monkeypatch, max_new_tokens=40)
+    stop = set(stop_ids(team.tokenizer(0)))
+    monkeypatch.setattr(fake_vllm, "HOLD_BACK_STOP", True)
+    b = team.rollout(2, 2)
+    msgs = [list(t.action) for e in b.episodes for t in e.turns]
+    ended = [m for m in msgs if m and m[-1] in stop]
+    assert ended, "no message reached a stop token: raise max_new_tokens"
+    assert b.extra["logp_check"]["rescored"] > 0
+    for e in b.episodes:  # the behaviour log-probs are the training model's own
+        for t in e.turns:
+            assert np.isfinite(t.logp)
+
+
+def test_vllm_engine_needs_vllm_and_cuda(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
+    with pytest.raises(InputError, match="needs vLLM"):
+        LLMTeam(LLMConfig(**BASE, engine="vllm"))
+    fake_vllm.install(monkeypatch)
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="needs a CUDA GPU"):
+            LLMTeam(LLMConfig(**BASE, engine="vllm"))
+
+
+def test_lora_rank_is_served_in_the_smallest_vllm_slot_that_holds_it():
+    """vLLM accepts only some ``max_lora_rank`` values (1, 8, 16, ...): rank 4 adapters are
+    served in the 8 slot; a rank beyond the largest slot is one clear error."""
+    from sat_llm.vllm_engine import LORA_RANK_SLOTS, lora_rank_slot
+
+    assert [lora_rank_slot(r) for r in (1, 2, 4, 8, 9, 16, 17, 512)] == [1, 8, 8, 8, 16, 16, 32, 512]
+    assert all(lora_rank_slot(s) == s for s in LORA_RANK_SLOTS)
+    with pytest.raises(InputError, match="LoRA ranks up to 512"):
+        lora_rank_slot(513)

@@ -1,0 +1,1 @@
+"""Tests of the tabular simulator (``sat_theory`` without its command line)."""
