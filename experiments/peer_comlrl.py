@@ -47,6 +47,7 @@ runs (``eval_{k}.jsonl``).
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -131,25 +132,94 @@ def _distinct_pad(tok, agents):
     return tok
 
 
+def _snapshot(trainer, agents) -> dict:
+    """What an exact continuation of a MAGRPO run needs after a prompt (a safe state tree,
+    :func:`sat_theory.checkpoint.save_state`): every agent's LoRA weights and AdamW state,
+    the rollout buffers (the samples not yet trained on), MAGRPO's step counter and the
+    python / numpy / torch RNG states."""
+    import dataclasses
+    import random
+
+    import numpy as np
+    import torch
+
+    return dict(
+        agents=[{k: p.detach().clone() for k, p in a.named_parameters() if p.requires_grad}
+                for a in agents],
+        optimizers=[o.state_dict() for o in trainer.optimizers],
+        buffers=[[{f.name: getattr(s, f.name) for f in dataclasses.fields(s)} for s in b]
+                 for b in trainer.rollout_buffers],
+        env_step=int(trainer.env_step),
+        rng=dict(python=random.getstate(), numpy=np.random.get_state(),
+                 torch=torch.get_rng_state()))
+
+
+def _restore(trainer, agents, snap: dict):
+    """Put :func:`_snapshot`'s state back (all but the RNG states, which the caller sets when
+    training resumes); returns the RNG setter. A tree of the wrong shape: ``ValueError``."""
+    import random
+
+    import numpy as np
+    import torch
+    from comlrl.trainers.reinforce.magrpo import NodeSample
+
+    if len(snap["agents"]) != len(agents) or len(snap["optimizers"]) != len(agents):
+        raise ValueError("another number of agents")
+    with torch.no_grad():
+        for a, w in zip(agents, snap["agents"], strict=True):
+            params = {k: p for k, p in a.named_parameters() if p.requires_grad}
+            if set(params) != set(w):
+                raise ValueError("other adapter weights")
+            for k, p in params.items():
+                p.copy_(w[k])
+    for o, st in zip(trainer.optimizers, snap["optimizers"], strict=True):
+        o.load_state_dict(st)
+    trainer.rollout_buffers = [[NodeSample(**f) for f in b] for b in snap["buffers"]]
+    trainer.env_step = int(snap["env_step"])
+    rng = snap["rng"]
+
+    def set_rng() -> None:
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"])
+
+    return set_rng
+
+
 def run_study_comlrl(cfg, seed: int, d: Path, *, n_prompts: int, eval_every: int = 0,
-                     eval_at=(), meta_extra: dict | None = None, n_agents: int = 2) -> Path:
+                     eval_at=(), meta_extra: dict | None = None, n_agents: int = 2,
+                     resume: bool = True) -> Path:
     """Train ``n_agents`` agents with ``MAGRPOTrainer`` on ``n_prompts`` training prompts (one
     epoch), evaluate with our team every ``eval_every`` prompts, or after the prompt counts in
     ``eval_at`` (the common message grid), and after the last; writes the run folder ``d``
     (module docstring). ``cfg``: the study's :class:`~experiments.llm_team_learning.StudyConfig`
-    (its ``llm_config`` names the task: arithmetic in issue 21, relay in issue 22)."""
+    (its ``llm_config`` names the task: arithmetic in issue 21, relay in issue 22).
+
+    **Resumable, exactly.** After every evaluation but the last the run saves its state
+    (:func:`_snapshot`, one safetensors state file ``d/ckpt/checkpoint-K/state.safetensors``,
+    K = prompts trained; no pickle) and commits it
+    (:func:`experiments.llm_team_learning.write_peer_checkpoint`, with our counters). MAGRPO's
+    own checkpoints are at epoch boundaries only (empty rollout buffers), and the study trains
+    one epoch. With ``resume`` and a checkpoint the run continues from it: the state put
+    back, the prompts after K (MAGRPO's data loader is sequential), the RNG states set just
+    before the next prompt's rollout (after the data loader's iterator, which draws a seed
+    from torch's generator, is made), so the eval files and metrics records (timing aside)
+    are those of a run never stopped (``tests/test_peer_resume.py``)."""
     import torch
     from comlrl.trainers.reinforce.magrpo import MAGRPOConfig, MAGRPOTrainer
     from datasets import Dataset
 
-    from experiments.llm_team_learning import finish_peer_run, log_peer_eval, start_peer_run
+    from experiments import llm_team_learning as study
     from experiments.peer_trl import adapter_into
     from sat_llm.protocol import problem_views
     from sat_llm.team import LLMTeam
+    from sat_theory.checkpoint import load_state, save_state
+    from sat_theory.errors import InputError
     from sat_theory.metrics import RunWriter
 
     n = n_agents
-    if not start_peer_run(d):
+    go, ck = study.start_peer_run(d, resume)
+    if not go:
         return d
     t_start = time.time()
     team = LLMTeam(cfg.llm_config(n, seed))  # our evaluation and problems (same seed → same pools)
@@ -199,45 +269,75 @@ def run_study_comlrl(cfg, seed: int, d: Path, *, n_prompts: int, eval_every: int
                             external_transition=transition, args=args)
     trainer.verbose = False
 
-    tokens = [0]
+    state = dict(tokens_total=0, train_seconds=0.0, wall_seconds=0.0, prompts=0)
     gen = trainer._generate_completions_with_external_prompts
 
     def counting_gen(*a, **kw):  # generated tokens of every completion, as ours count them
         out = gen(*a, **kw)
-        tokens[0] += sum(out["response_lens"])  # not the padded length
+        state["tokens_total"] += sum(out["response_lens"])  # not the padded length
         return out
 
     trainer._generate_completions_with_external_prompts = counting_gen
-    writer = RunWriter(str(d))
-    writer.write_config(dict(peer="comlrl.MAGRPOTrainer", study=asdict(cfg), seed=seed,
-                             n_prompts=n_prompts, magrpo=asdict(args),
-                             **({} if n == 2 else dict(n_agents=n))))
-    clock = dict(train=0.0, last=time.perf_counter(), prompts=0)
+    config = dict(peer="comlrl.MAGRPOTrainer", study=asdict(cfg), seed=seed,
+                  n_prompts=n_prompts, magrpo=asdict(args),
+                  **({} if n == 2 else dict(n_agents=n)))
+    study.resume_peer_config(d, ck, config)
+    set_rng = None
+    if ck is not None:
+        try:
+            set_rng = _restore(trainer, agents, load_state(ck["path"] / "state.safetensors"))
+        except (InputError, KeyError, TypeError, ValueError, RuntimeError) as e:
+            study.peer_error(f"{ck['path']}: not a state this run can continue from "
+                             f"({type(e).__name__}: {str(e)[:120]}); nothing was loaded")
+        state.update(ck["state"])
+        trainer.train_dataset = Dataset.from_list(items[state["prompts"]:])
+    writer = RunWriter(str(d), append=ck is not None)
+    if ck is None:
+        writer.write_config(config)
+    clock = dict(last=time.perf_counter())
+    wall_before = state["wall_seconds"]
 
     def evaluate(k: int) -> None:
         for j, agent in enumerate(agents):
             adapter_into(team, agent, j)
-        log_peer_eval(d, team, writer, k, tokens_total=tokens[0], train_seconds=clock["train"],
-                      prompts=k)
+        study.log_peer_eval(d, team, writer, k, tokens_total=state["tokens_total"],
+                            train_seconds=state["train_seconds"], prompts=k)
+
+    def checkpoint(k: int) -> None:
+        name = f"checkpoint-{k}"
+        folder = d / study.PEER_CKPT / name
+        if folder.exists():  # torn by a kill before its record was written
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        save_state(folder / "state.safetensors", _snapshot(trainer, agents))
+        state["wall_seconds"] = wall_before + time.time() - t_start
+        study.write_peer_checkpoint(d, name, k, dict(state))
 
     step = trainer._train_step_returns
 
     def step_and_eval(batch_item, **kw):
+        nonlocal set_rng
+        if set_rng is not None:  # resumed: the RNG states of the checkpoint, now
+            set_rng()
+            set_rng = None
         out = step(batch_item, **kw)
-        clock["prompts"] += 1
-        k = clock["prompts"]
+        state["prompts"] += 1
+        k = state["prompts"]
         if ((eval_every and k % eval_every == 0) or k in eval_at) and k < n_prompts:
-            clock["train"] += time.perf_counter() - clock["last"]
+            state["train_seconds"] += time.perf_counter() - clock["last"]
             evaluate(k)
+            checkpoint(k)
             clock["last"] = time.perf_counter()
         return out
 
     trainer._train_step_returns = step_and_eval
-    evaluate(0)
+    if ck is None:
+        evaluate(0)
     clock["last"] = time.perf_counter()
-    trainer.train()  # the last buffers are drained at the end of the epoch
-    clock["train"] += time.perf_counter() - clock["last"]
+    if state["prompts"] < n_prompts:
+        trainer.train()  # the last buffers are drained at the end of the epoch
+    state["train_seconds"] += time.perf_counter() - clock["last"]
     evaluate(n_prompts)
     writer.close()
-    finish_peer_run(d, "comlrl", seed, t_start, cfg, meta_extra)
+    study.finish_peer_run(d, "comlrl", seed, t_start, cfg, meta_extra, wall_before)
     return d

@@ -15,7 +15,8 @@
 - the reward is our task's verifier on the cleaned completion, exactly what our rollout
   scores (``task.score(problem, protocol.clean(text))``);
 - ``use_cpu=True``, ``beta=0.0`` (no reference model), ``report_to=[]``, float32 (no bf16),
-  no gradient checkpointing, no checkpoints.
+  no gradient checkpointing, no checkpoints (the study saves them itself at its evaluations:
+  :func:`experiments.llm_team_learning.run_study_trl`, resumed exactly with :func:`resumable`).
 
 ``loss_type``: TRL's default ``"dapo"`` (token-level ratios, normalised by the batch's token
 count). ``loss_type="luspo"`` with ``importance_sampling_level="sequence"`` is the one whose
@@ -48,7 +49,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["grpo_trainer", "prompt_ids", "adapter_into", "trl_available"]
+__all__ = ["grpo_trainer", "prompt_ids", "adapter_into", "trl_available", "resumable"]
 
 
 def trl_available() -> str | None:
@@ -124,3 +125,42 @@ def adapter_into(team, trainer, agent: int = 0) -> None:
                for k, p in model.named_parameters() if ".default." in k}
     team._set_weights(agent, weights)
     team._bump(agent)
+
+
+def resumable(trainer) -> None:
+    """Make ``trainer.train(resume_from_checkpoint=...)`` continue *exactly* where a run that
+    was never stopped would be. Transformers restores the adapter, the optimizer, the LR
+    scheduler, the RNG states and the global step, and skips the batches of the current epoch
+    already trained; but TRL's ``RepeatSampler`` draws one permutation of the prompts per
+    epoch from its own generator, seeded once, and a resumed trainer builds a new sampler,
+    so without this it would order epoch ``e > 0`` as epoch 0. Here the new sampler's
+    generator draws the ``e = global_step // steps per epoch`` permutations of the epochs
+    already trained (at ``on_train_begin``, once the checkpoint's state is loaded) before
+    its first epoch. Resume only from a checkpoint at a generation boundary (global step a
+    multiple of ``steps_per_generation``): TRL keeps the buffered minibatches of a
+    generation in memory only."""
+    import torch
+    from transformers import TrainerCallback
+
+    samplers = []
+    make = trainer._get_train_sampler
+
+    def keep(dataset=None):
+        s = make(dataset)
+        samplers.append(s)
+        return s
+
+    trainer._get_train_sampler = keep
+
+    class Advance(TrainerCallback):
+        def on_train_begin(self, args, state, control, train_dataloader=None, **kw):
+            if not state.global_step or not samplers or not getattr(samplers[-1], "shuffle", False):
+                return
+            per_epoch = max(len(train_dataloader) // args.gradient_accumulation_steps, 1)
+            if state.global_step % args.steps_per_generation:
+                raise ValueError(f"resume at step {state.global_step}: not a generation boundary")
+            s = samplers[-1]
+            for _ in range(state.global_step // per_epoch):
+                torch.randperm(s.num_samples, generator=s.generator)
+
+    trainer.add_callback(Advance())
