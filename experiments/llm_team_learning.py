@@ -483,7 +483,7 @@ def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int, eval_ever
     training and wall seconds). With ``resume`` and such a checkpoint the run continues from
     it (:func:`start_peer_run`: verified, files rewound) and ends with the same
     ``eval_*.jsonl`` bytes and ``metrics.jsonl`` records (timing aside) as a run never
-    stopped (``tests/test_peer_resume.py``); the prompt order is TRL's sampler advanced
+    stopped (``tests/llm/test_peer_resume.py``); the prompt order is TRL's sampler advanced
     past the epochs already trained (:func:`experiments.peer_trl.resumable`). TRL loads
     its files with ``torch.load(weights_only=True)`` and safetensors only; the checkpoint is
     deleted when the run finishes."""
@@ -581,7 +581,7 @@ COMLRL_DEFAULT_LR = 5e-6
 N_VALIDATION = 50
 #: ours, plain: GRPO at n = 1 with β = 0 and no backtracking (no trust region), TRL's token
 #: ratio and no std normalisation: the update of TRL's dr_grpo with scale_rewards="none"
-#: (tests/test_trl_oracle.py), up to the constant factor of :func:`trl_drgrpo_clip`. β:
+#: (tests/llm/test_trl_oracle.py), up to the constant factor of :func:`trl_drgrpo_clip`. β:
 #: ``sat train`` refuses ``--beta 0`` (TrainConfig needs β > 0, which the trust region's
 #: doubling needs); 1e-300 is 0 in the float32 loss (``β · KL`` rounds to 0.0, and so does
 #: its gradient), and with no trust region β is never adapted: exactly β = 0

@@ -398,7 +398,7 @@ def _finished(d: Path) -> bool:
 def _train(cfg, method: str, n: int, seed: int, d: Path, resume: bool, extra: dict) -> Path:
     """One run into ``d``: ours through ``sat train`` with drift logging
     (:func:`experiments.llm_team_learning.run_ours`: resumable), CoMLRL through
-    :func:`experiments.peer_comlrl.run_study_comlrl` (not resumable: starts again), both on
+    :func:`experiments.peer_comlrl.run_study_comlrl` (resumable from its last evaluation), both on
     :func:`schedule`; ``study.json`` gets ``extra``, the schedule and ``n``."""
     from experiments.llm_team_learning import run_ours
 
@@ -442,8 +442,11 @@ def run_one(cfg, name: str, root: Path, resume: bool, n_validation: int | None =
     if _finished(d):  # its wall clock and load stay those of the sessions that trained it
         print(f"{d}: finished already")
         return d
-    # ours resume from a checkpoint; a peer run (or one without a checkpoint) starts again
-    resumed = method not in PEERS and any(d.glob("checkpoint*"))
+    # ours resume from a checkpoint, CoMLRL from its ckpt/ record; a run without one starts again
+    from experiments.llm_team_learning import PEER_CKPT, PEER_CKPT_RECORD
+
+    resumed = ((d / PEER_CKPT / PEER_CKPT_RECORD).is_file() if method in PEERS
+               else any(d.glob("checkpoint*")))
     with wall_clock(root / ".logs" / (log_name(name) + ".wall"), resumed) as wall:
         _train(cfg, method, n, seed, d, resume, dict(run=name, lr=lr, tune=tune))
         meta = json.loads((d / "study.json").read_text())
@@ -543,7 +546,7 @@ def run_relay_queue(cfg, root: Path, jobs: int = 2, ns=TEAM_SIZES, seeds=SEEDS, 
     """The whole study (:func:`queue_relay`), ``jobs`` runs at a time, each its own process
     (:func:`queue_command`: one torch thread, the budget of its team size) with its log in
     ``root/.logs/`` (:func:`experiments.study_queue.run_queue`): finished runs are skipped, a
-    killed run resumes (ours from its checkpoint; CoMLRL starts again), a chosen-rate run
+    killed run resumes (ours from its checkpoint, CoMLRL from its last evaluation), a chosen-rate run
     waits for its tuning runs. Returns 0 when every run finished."""
     from experiments.study_queue import run_queue
 

@@ -204,7 +204,7 @@ def run_study_comlrl(cfg, seed: int, d: Path, *, n_prompts: int, eval_every: int
     back, the prompts after K (MAGRPO's data loader is sequential), the RNG states set just
     before the next prompt's rollout (after the data loader's iterator, which draws a seed
     from torch's generator, is made), so the eval files and metrics records (timing aside)
-    are those of a run never stopped (``tests/test_peer_resume.py``)."""
+    are those of a run never stopped (``tests/llm/test_peer_resume.py``)."""
     import torch
     from comlrl.trainers.reinforce.magrpo import MAGRPOConfig, MAGRPOTrainer
     from datasets import Dataset

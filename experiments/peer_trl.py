@@ -21,7 +21,7 @@
 ``loss_type``: TRL's default ``"dapo"`` (token-level ratios, normalised by the batch's token
 count). ``loss_type="luspo"`` with ``importance_sampling_level="sequence"`` is the one whose
 on-policy update (TRL's only case at ``num_iterations=1``) has *exactly* our gradient, and
-``"dr_grpo"`` ours divided by ``max_new_tokens`` (``tests/test_trl_oracle.py``). Advantages:
+``"dr_grpo"`` ours divided by ``max_new_tokens`` (``tests/llm/test_trl_oracle.py``). Advantages:
 TRL's default ``scale_rewards="group"`` divides by the unbiased group std + 1e-4, ours by the
 population std (``sat_theory.estimators.group_advantages``): a factor ``sqrt((G−1)/G)`` on every
 group, which Adam's step normalisation all but cancels (pass ``scale_rewards="none"`` and our
