@@ -42,7 +42,7 @@ from .kl import sampled_sequence_kl, sequence_kl
 from .loss import clipped_surrogate, ratio_clip_fraction, token_clipped_surrogate
 from .models import memory_peak, place, resolve_device, resolve_dtype
 from .protocol import Protocol, problem_views, protocol_for
-from .rollout import generate, message_logprobs, score_logits
+from .rollout import _lcp, _prefill, generate, message_logprobs, model_device, score_logits
 from .tasks import Problem, make_task
 
 __all__ = ["LLMConfig", "LLMTeam", "AgentSnapshot", "RolloutMismatchError", "LOGP_TOL"]
@@ -385,7 +385,7 @@ def greedy_shared_prefix(model, contexts, *, max_new_tokens: int, temperature: f
     context: the same greedy decoding up to float roundoff (tests/test_llm_scoring.py),
     without recomputing the prefix per row. Falls back to ``generate`` when sampling, when
     nothing is shared, or for one row."""
-    from .rollout import _gen_config, _lcp, _prefill, model_device
+    from .rollout import _gen_config
 
     keys = [tuple(c) for c in contexts]
     P = min((_lcp(keys[0], k) for k in keys), default=0)
@@ -417,6 +417,161 @@ def greedy_shared_prefix(model, contexts, *, max_new_tokens: int, temperature: f
               for u in range(end)]
         msgs.append(row[:end])
         lps.append(np.asarray(lp, dtype=np.float64))
+    return msgs, lps
+
+
+def _mergeable(cache) -> bool:
+    """Whether a cache's per-layer key/value tensors ``(B, H, L, D)`` can be concatenated
+    across batches (transformers' full-attention ``DynamicLayer``; sliding-window or
+    linear-attention layers keep other state)."""
+    from transformers.cache_utils import DynamicLayer
+
+    return all(type(lay) is DynamicLayer for lay in getattr(cache, "layers", [None]))
+
+
+def _merge_caches(parts: list, P: int, W: int):
+    """One cache of the rows of ``parts = [(cache, mask (B_i, W_i)), ...]`` (each laid out
+    ``[prefix (P) | padding | rest]``), every part widened to ``W`` columns by masked zero
+    columns inserted right after the prefix, so every row keeps the layout of one
+    unchunked :func:`greedy_shared_prefix` call of width ``W``. Returns ``(cache, mask)``;
+    the first part's cache object is reused (its tensors replaced)."""
+    cache = parts[0][0]
+    masks = []
+    for _, m in parts:
+        gap = W - m.shape[1]
+        masks.append(torch.cat([m[:, :P], m.new_zeros((m.shape[0], gap)), m[:, P:]], 1) if gap else m)
+    for i, layer in enumerate(cache.layers):
+        ks, vs = [], []
+        for c, m in parts:
+            k, v = c.layers[i].keys, c.layers[i].values
+            gap = W - m.shape[1]
+            if gap:  # zero keys/values at masked columns: they never reach a softmax weight
+                z = k.new_zeros((k.shape[0], k.shape[1], gap, k.shape[3]))
+                k = torch.cat([k[:, :, :P], z, k[:, :, P:]], 2)
+                v = torch.cat([v[:, :, :P], z, v[:, :, P:]], 2)
+            ks.append(k)
+            vs.append(v)
+        layer.keys, layer.values = torch.cat(ks), torch.cat(vs)
+    return cache, torch.cat(masks)
+
+
+def _prefill_chunk(model, prefix, keys, P: int, pad_id: int):
+    """Prefill of one chunk of contexts after their common prefix ``keys[b][:P]``:
+    ``(cache, mask (B, P+R), last position (B, 1), logits (B, V) float32 of the next
+    token)``, with exactly the inputs ``generate`` builds in :func:`greedy_shared_prefix`
+    (rows ``[prefix | padding | rest]``, position ids ``cumsum(mask) − 1``, the 2-D mask
+    dropped when it has no padding, ``logits_to_keep = 1``), so its numbers are that
+    call's bit for bit. ``prefix``: the prefix's KV cache (one row; copied, not changed)."""
+    B, R = len(keys), max(len(k) for k in keys) - P
+    ids = torch.full((B, R), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((B, P + R), dtype=torch.long)
+    mask[:, :P] = 1
+    for b, k in enumerate(keys):  # the rest of each context right-aligned after the padding
+        ids[b, R - (len(k) - P):] = torch.tensor(k[P:])
+        mask[b, P + R - (len(k) - P):] = 1
+    pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    dev = model_device(model)
+    ids, mask, pos = ids.to(dev), mask.to(dev), pos.to(dev)
+    cache = copy.deepcopy(prefix)
+    cache.batch_select_indices(torch.zeros(B, dtype=torch.long, device=dev))
+    out = model(input_ids=ids, position_ids=pos[:, P:], cache=cache, use_cache=True,
+                logits_to_keep=1, attention_mask=None if bool((mask == 1).all()) else mask)
+    return out.cache, mask, pos[:, -1:], out.logits[:, -1].float()
+
+
+def _greedy_rows(model, cache, mask, last, logits, *, max_new_tokens: int, temperature: float,
+                 stop_ids) -> tuple[list[list[int]], list[np.ndarray]]:
+    """Greedy decoding of prefilled rows: ``x_u = argmax logits_u`` (first maximum, as
+    ``generate``), its log-probability under ``softmax(logits_u / τ)``, and the row leaves
+    the batch (its cache row dropped) as soon as it emits a stop token; at most
+    ``max_new_tokens`` tokens. Each step runs one token per row still going, with the
+    position ids and 2-D mask ``generate`` would pass (``None`` when unpadded). Why:
+    ``generate`` runs every row of a batch until its last row stops (padding the finished
+    ones); here a step costs the rows still going."""
+    B = logits.shape[0]
+    msgs: list[list[int]] = [[] for _ in range(B)]
+    lps: list[list[float]] = [[] for _ in range(B)]
+    rows = torch.arange(B)
+    stops = torch.tensor(sorted({int(s) for s in stop_ids}), device=logits.device)
+    am = None if bool((mask == 1).all()) else mask
+    for u in range(int(max_new_tokens)):
+        nxt = torch.argmax(logits, dim=-1)  # (b,)
+        lp = torch.log_softmax(logits / float(temperature), -1).gather(1, nxt[:, None])[:, 0]
+        for b, x, y in zip(rows.tolist(), nxt.tolist(), lp.double().tolist(), strict=True):
+            msgs[b].append(x)
+            lps[b].append(y)
+        going = ~torch.isin(nxt, stops)
+        if u == max_new_tokens - 1 or not bool(going.any()):
+            break
+        if not bool(going.all()):  # finished rows leave the batch
+            keep = going.nonzero().squeeze(1)
+            cache.batch_select_indices(keep)
+            rows, nxt, last = rows[keep.cpu()], nxt[keep], last[keep]
+            am = am[keep] if am is not None else None
+        last = last + 1
+        if am is not None:
+            am = torch.cat([am, am.new_ones((am.shape[0], 1))], dim=-1)
+        out = model(input_ids=nxt[:, None], position_ids=last, attention_mask=am, cache=cache,
+                    use_cache=True, logits_to_keep=1)
+        cache, logits = out.cache, out.logits[:, -1].float()
+    return msgs, [np.asarray(x, dtype=np.float64) for x in lps]
+
+
+@torch.no_grad()
+def greedy_pooled(model, contexts, *, chunk: int, max_new_tokens: int, temperature: float = 1.0,
+                  stop_ids, pad_id: int) -> tuple[list[list[int]], list[np.ndarray]]:
+    """Greedy messages of many contexts (the held-out evaluation), ``(messages, logps)`` in
+    the order of ``contexts``, as :func:`greedy_shared_prefix` returns them per chunk:
+
+    - the common prefix ``c[:P]`` of all contexts (the system message) is prefilled once
+      per call, not once per chunk;
+    - rows are ordered by context length (stable, so equal lengths keep their order) and
+      prefilled in chunks of ``chunk`` rows (:func:`_prefill_chunk`; bounds the prefill's
+      activations), each chunk with the inputs of a :func:`greedy_shared_prefix` call on
+      it, so with equal lengths every prefill is today's bit for bit;
+    - the chunks' caches are joined (:func:`_merge_caches`) and all rows decode together,
+      each leaving as soon as it stops (:func:`_greedy_rows`).
+
+    Why: a decoding step of SmolLM2-135M on one CPU thread costs about the same for 2 rows
+    as for 32 (it is the weights' read, not the rows), and ``generate`` runs each chunk's
+    steps until its longest message ends: ``max_new_tokens`` steps per chunk. Here the
+    whole call takes at most ``max_new_tokens`` steps. Batch composition changes only
+    float roundoff in the decoding steps (BENCHMARKS.md, "Evaluation cost": no message of
+    the study's 600 untrained-model problems changed). Falls back to chunked
+    :func:`greedy_shared_prefix` when nothing is shared, for one row, or when the model's
+    cache cannot be joined (then each chunk decodes alone)."""
+    keys = [tuple(c) for c in contexts]
+    P = min((_lcp(keys[0], k) for k in keys), default=0)
+    P = min(P, min((len(k) for k in keys), default=0) - 1)
+    kw = dict(max_new_tokens=max_new_tokens, temperature=temperature, stop_ids=stop_ids,
+              pad_id=pad_id)
+    if len(keys) < 2 or P < 1:
+        parts = [greedy_shared_prefix(model, contexts[a:a + chunk], **kw)
+                 for a in range(0, len(keys), chunk)]
+        return [m for p in parts for m in p[0]], [lp for p in parts for lp in p[1]]
+    dev = model_device(model)
+    prefix = _prefill(model, torch.tensor([keys[0][:P]], device=dev),
+                      torch.ones((1, P), dtype=torch.long, device=dev),
+                      torch.arange(P, device=dev)[None])
+    order = sorted(range(len(keys)), key=lambda i: len(keys[i]))  # less padding per chunk
+    groups: list[list] = [[]]  # chunks decoded together: all of them when caches join
+    for a in range(0, len(order), chunk):
+        rows = order[a:a + chunk]
+        cache, mask, last, logits = _prefill_chunk(model, prefix, [keys[i] for i in rows], P, pad_id)
+        if groups[-1] and not _mergeable(cache):
+            groups.append([])
+        groups[-1].append((rows, cache, mask, last, logits))
+    msgs: list = [None] * len(keys)
+    lps: list = [None] * len(keys)
+    for g in groups:
+        W = max(m.shape[1] for _, _, m, _, _ in g)
+        cache, mask = (_merge_caches([(c, m) for _, c, m, _, _ in g], P, W) if len(g) > 1
+                       else (g[0][1], g[0][2]))
+        m_, l_ = _greedy_rows(model, cache, mask, torch.cat([x[3] for x in g]),
+                              torch.cat([x[4] for x in g]), max_new_tokens=max_new_tokens,
+                              temperature=temperature, stop_ids=stop_ids)
+        for i, m, lp in zip((i for x in g for i in x[0]), m_, l_, strict=True):
+            msgs[i], lps[i] = m, lp
     return msgs, lps
 
 
@@ -615,10 +770,13 @@ class LLMTeam(EpisodeLoop):
             else:  # the training model itself generates
                 streamer = (self.streamer_for(k) if self.streamer_for is not None and b - a == 1
                             else None)  # sat team: one episode's message, token by token
-                gen = greedy_shared_prefix if greedy else generate  # evaluation: shared prefix
-                m_, l_ = gen(model, ctxs[a:b], max_new_tokens=cfg.max_new_tokens,
-                             temperature=cfg.temperature, stop_ids=stop,
-                             pad_id=tok.pad_token_id, greedy=greedy, streamer=streamer)
+                kw = dict(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                          stop_ids=stop, pad_id=tok.pad_token_id)
+                if pooled and streamer is None:  # evaluation: prefill in chunks, decode together
+                    m_, l_ = greedy_pooled(model, ctxs[a:b], chunk=min(want, b - a), **kw)
+                else:
+                    gen = greedy_shared_prefix if greedy else generate
+                    m_, l_ = gen(model, ctxs[a:b], greedy=greedy, streamer=streamer, **kw)
                 v = self._version[k]
             if v != self._version[k]:  # intermediate occupancy: the predecessors just updated
                 raise RolloutMismatchError(
@@ -628,9 +786,13 @@ class LLMTeam(EpisodeLoop):
             return m_, (l_ if greedy else self._check_logps(k, ctxs[a:b], m_, l_))
 
         want = min(chunk, self._gen_cap[k])
-        parts, size = in_chunks(len(ctxs), want, run, what=f"generation (agent {k})",
+        # greedy on the training model: one call decodes every row (:func:`greedy_pooled`,
+        # prefilling ``want`` rows at a time); an out-of-memory error halves the rows per call
+        pooled = greedy and self._engine is None
+        rows = min(len(ctxs), self._gen_cap[k]) if pooled else want
+        parts, size = in_chunks(len(ctxs), rows, run, what=f"generation (agent {k})",
                                 device=self.devices[k])
-        if size < want:  # halved after an out-of-memory error: it stays halved for the agent
+        if size < rows:  # halved after an out-of-memory error: it stays halved for the agent
             self._gen_cap[k] = size
         msgs = [m for m_, _ in parts for m in m_]
         lps = [lp for _, l_ in parts for lp in l_]
