@@ -109,7 +109,7 @@ class LLMConfig:
     n_train: int = setting(100, "training problems in the pool (with --n-eval at most what "
                            "the task can supply: arithmetic 0-9 has 300)", range=_POS_INT)
     n_eval: int = setting(200, "held-out problems (team accuracy, greedy)", range=_POS_INT)
-    eval_batch: int = setting(32, "episodes generated together in evaluate()", range=_POS_INT)
+    eval_batch: int = setting(32, "episodes prefilled together in evaluate() (all of them then decode together)", range=_POS_INT)
     seed: int = setting(0, "seed of sampling, problem choice and model init", cli=False)
     engine: str = setting("hf", "rollout engine: hf (transformers generate, CPU/GPU) | vllm "
                           "(multi-LoRA; run on vLLM's CPU build, CUDA untested; README, "

@@ -315,7 +315,7 @@ def _shared_prefix_logits(model, contexts, ks, messages, T: int, pad_id: int):
     G copies of a prompt's context are most of the scored tokens for short messages, and
     their passes are identical. Same left-padded cache and position ids as
     :func:`generate`'s shared prefill, so the result equals the plain pass up to float
-    roundoff (tests/test_llm_scoring_shared.py)."""
+    roundoff (tests/llm/test_llm_scoring_shared.py)."""
     prefixes = [tuple(c[:k]) for c, k in zip(contexts, ks, strict=True)]
     first: dict[tuple, int] = {}
     rows = torch.tensor([first.setdefault(p, len(first)) for p in prefixes])

@@ -382,7 +382,7 @@ def greedy_shared_prefix(model, contexts, *, max_new_tokens: int, temperature: f
     KV cache repeated for every row; the rows are laid out ``[prefix | padding | rest]``
     (padding masked), so ``generate``'s position ids ``cumsum(mask) − 1`` run ``0..P−1``
     over the prefix and continue at ``P`` after it, exactly the positions of an unpadded
-    context: the same greedy decoding up to float roundoff (tests/test_llm_scoring.py),
+    context: the same greedy decoding up to float roundoff (tests/llm/test_llm_scoring.py),
     without recomputing the prefix per row. Falls back to ``generate`` when sampling, when
     nothing is shared, or for one row."""
     from .rollout import _gen_config
