@@ -125,9 +125,10 @@ class LLMBackend:
 
     def make_team(self, config: dict, cfg, out):
         if "reward_funcs" in config["backend"]:  # code is not saved: never score with another
-            raise InputError(f"the run in {out} is scored by Python reward functions "
-                             f"({', '.join(config['backend']['reward_funcs'])}); continue it "
-                             "with sat_llm.trainer.SATTrainer(...).train(resume_from_checkpoint=True)")
+            # the remedy first: a one-line error is cut at its end, and the names can be long
+            raise InputError(f"the run in {out} is scored by Python reward functions: continue "
+                             "it with sat_llm.trainer.SATTrainer(...).train(resume_from_checkpoint="
+                             f"True) ({', '.join(config['backend']['reward_funcs'])})")
         try:
             llm_cfg = LLMConfig(**config["backend"]["llm"])
         except (KeyError, TypeError) as e:

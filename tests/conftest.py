@@ -56,3 +56,17 @@ def device(request):
         if not torch.cuda.is_available():
             pytest.skip("needs a CUDA GPU")
     return request.param
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _sigint_raises_keyboardinterrupt():
+    """The interrupt tests send SIGINT to this process and expect KeyboardInterrupt. A shell
+    that starts pytest in the background (``cmd &``, nohup) hands it SIGINT ignored, and then
+    Python installs no handler: restore Python's own for the session."""
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)

@@ -51,7 +51,7 @@ def test_one_agent_with_a_reward_function_gives_the_records_of_sat_train(tmp_pat
     assert len(a) == len(b) == 4 and a == b
     ca, cb = (json.loads((d / "config.json").read_text()) for d in (out, cli))
     assert ca["algorithm"] == cb["algorithm"] and ca["backend"]["llm"] == cb["backend"]["llm"]
-    assert ca["backend"]["reward_funcs"] == [f"{__name__}.exact_answer"]
+    assert ca["backend"]["reward_funcs"] == [f"{exact_answer.__module__}.exact_answer"]
     assert (out / "eval_2.jsonl").read_text() == (cli / "eval_2.jsonl").read_text()
 
 
