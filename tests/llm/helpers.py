@@ -51,3 +51,20 @@ def llm_cfg(**kw):
                 device="cpu")
     base.update(kw)
     return LLMConfig(**base)
+
+
+def arithmetic_eval_team(tmp_path_factory):
+    """The one-agent tiny-random arithmetic team of the evaluation tests (12 held-out
+    problems in chunks of 5), its model cache in a temporary folder; a generator for a
+    module-scoped fixture."""
+    import pytest
+
+    from sat_llm.team import LLMConfig, LLMTeam
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SAT_LLM_CACHE", str(tmp_path_factory.mktemp("cache")))
+    try:
+        yield LLMTeam(LLMConfig(model="tiny-random", agents=1, max_new_tokens=6, n_train=8,
+                                n_eval=12, eval_batch=5, seed=0))
+    finally:
+        mp.undo()

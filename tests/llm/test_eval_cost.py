@@ -10,18 +10,13 @@ pytest.importorskip("transformers")
 
 import sat_llm.team as team_mod  # noqa: E402
 from sat_llm.rollout import generate  # noqa: E402
-from sat_llm.team import LLMConfig, LLMTeam, greedy_pooled, stop_ids  # noqa: E402
+from sat_llm.team import greedy_pooled, stop_ids  # noqa: E402
+from tests.llm.helpers import arithmetic_eval_team  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def team(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("SAT_LLM_CACHE", str(tmp_path_factory.mktemp("cache")))
-    try:
-        yield LLMTeam(LLMConfig(model="tiny-random", agents=1, max_new_tokens=6, n_train=8,
-                                n_eval=12, eval_batch=5, seed=0))
-    finally:
-        mp.undo()
+    yield from arithmetic_eval_team(tmp_path_factory)
 
 
 _EXTRA_STOP: list[int] = []
