@@ -587,10 +587,14 @@ N_VALIDATION = 50
 #: its gradient), and with no trust region β is never adapted: exactly β = 0
 PLAIN_FLAGS = ["--method", "no-tr", "--agents", "1", "--beta", "1e-300", "--ratio", "token",
                "--no-std-norm"]
-#: "trl-rerun": TRL dr_grpo again on the same seed's problems with TRL's own seed RERUN_SEED + s,
-#: the noise floor of the parity test (two runs of one algorithm differ by their random streams)
-STUDY_METHODS = ("plain", "trl-drgrpo", "trl-rerun", "sat", "trl", "comlrl")
+#: "trl-rerun" / "plain-rerun": TRL dr_grpo / ours-plain again on the same seed's problems with
+#: their own seed RERUN_SEED + s (sampling, LoRA init, prompt order; ours: ``--problem-seed s
+#: --seed RERUN_SEED+s``): the noise floor of the parity test, of each side (two runs of one
+#: algorithm differ by their random streams only)
+STUDY_METHODS = ("plain", "plain-rerun", "trl-drgrpo", "trl-rerun", "sat", "trl", "comlrl")
 RERUN_SEED = 1000
+#: the study's methods that run through ``sat train``
+OURS_STUDY = ("plain", "plain-rerun", "sat")
 
 
 def trl_drgrpo_clip(cfg: StudyConfig) -> float:
@@ -609,7 +613,7 @@ def messages_per_unit(cfg: StudyConfig, method: str) -> int:
     from experiments.peer_comlrl import messages_per_prompt
 
     episodes = cfg.prompts * cfg.group_size
-    return {"sat": 2 * episodes * 2, "plain": episodes, "trl": episodes,
+    return {"sat": 2 * episodes * 2, "plain": episodes, "plain-rerun": episodes, "trl": episodes,
             "trl-drgrpo": episodes, "trl-rerun": episodes, "comlrl": messages_per_prompt(cfg.group_size)}[method]
 
 
@@ -660,7 +664,7 @@ def run_one(cfg: StudyConfig, name: str, out: Path, resume: bool) -> Path:
     from experiments.study_queue import log_name, wall_clock
 
     wall_file = out / ".logs" / (log_name(name) + ".wall")
-    resumed = wall_file.is_file() and (_has_checkpoint(d) if method in ("plain", "sat") else
+    resumed = wall_file.is_file() and (_has_checkpoint(d) if method in OURS_STUDY else
                                        (d / PEER_CKPT / PEER_CKPT_RECORD).is_file())
     with wall_clock(wall_file, resumed) as wall:
         _train_one(cfg, method, seed, d, out, resume, units, at, extra)
@@ -672,11 +676,13 @@ def run_one(cfg: StudyConfig, name: str, out: Path, resume: bool) -> Path:
 
 def _train_one(cfg, method, seed, d, out, resume, units, at, extra) -> None:
     """:func:`run_one`'s training call of one method."""
-    if method in ("plain", "sat"):
+    if method in OURS_STUDY:
         k = at[0]
         if any(b - a != k for a, b in zip([0, *at], at, strict=False)):
             raise SystemExit(f"{method}: the grid is not every {k} stages")
-        flags = PLAIN_FLAGS if method == "plain" else METHODS["sat"][0]
+        flags = METHODS["sat"][0] if method == "sat" else PLAIN_FLAGS
+        if method == "plain-rerun":
+            flags, seed = [*flags, "--problem-seed", str(seed)], RERUN_SEED + seed
         run_ours(cfg, method, seed, out, resume, units, d=d,
                  flags=[*flags, "--eval-every", str(k)], meta_extra=extra)
     elif method in ("trl", "trl-drgrpo", "trl-rerun"):
@@ -736,6 +742,7 @@ def queue_issue21() -> list[str]:
     for s in range(3):
         q += [run_name("plain", 1e-3, s), run_name("trl-drgrpo", 1e-3, s)]
     q += [run_name("trl-rerun", 1e-3, s) for s in range(3)]
+    q += [run_name("plain-rerun", 1e-3, s) for s in range(3)]
     for lr in LR_GRID:
         q += [run_name(m, lr, 0, tune=True) for m in ("plain", "trl", "sat", "comlrl")]
     q.append(run_name("comlrl", COMLRL_DEFAULT_LR, 0, tune=True))
@@ -828,6 +835,12 @@ def _cell(m: dict | None, key: str, pts: bool = True) -> str:
     return f"{f * v:.1f} [{f * lo:.1f}, {f * hi:.1f}]" if pts else f"{v:.3f}"
 
 
+def _noise_floor(out: Path, runs: dict, run: str, rerun: str) -> dict | None:
+    """The lenient paired differences (run − rerun) of a run and its rerun, once both finished."""
+    return (paired_on_schedule(out / run, out / rerun)["lenient"]["diff"]
+            if run in runs and rerun in runs else None)
+
+
 def report_common(out: Path) -> dict:
     """The tables of the common-schedule study from the run folders under ``out``
     (``--report-common``): ``parity.md`` (ours-plain vs TRL dr_grpo per seed, on the shared
@@ -846,34 +859,37 @@ def report_common(out: Path) -> dict:
     lines = ["| seed | plain final | TRL dr_grpo final | AUC plain − TRL, lenient [95% CI] | AUC "
              "plain − TRL, strict | final plain − TRL, lenient (McNemar p) | final, strict "
              "(McNemar p) | CI of the lenient AUC difference includes 0 | noise floor: AUC "
-             "TRL − TRL rerun, lenient |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "TRL − TRL rerun, lenient | noise floor: AUC plain − plain rerun, lenient |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     parity = []
     for s in range(3):
         a, b = run_name("plain", 1e-3, s), run_name("trl-drgrpo", 1e-3, s)
-        rerun = run_name("trl-rerun", 1e-3, s)
-        floor = (paired_on_schedule(out / b, out / rerun)["lenient"]["diff"]
-                 if b in runs and rerun in runs else None)
+        floor, floor_plain = (_noise_floor(out, runs, x, run_name(f"{m}-rerun", 1e-3, s))
+                              for x, m in ((b, "trl"), (a, "plain")))
         if a in runs and b in runs:
             ps = paired_on_schedule(out / a, out / b)
             d = {sc: ps[sc]["diff"] for sc in SCORINGS}
             inc = d["lenient"]["auc"][1] <= 0 <= d["lenient"]["auc"][2]
             parity.append(dict(seed=s, includes_0=inc, noise_floor_auc=floor and floor["auc"],
+                               noise_floor_plain_auc=floor_plain and floor_plain["auc"],
                                **{f"{sc}_{k}": v for sc in SCORINGS for k, v in d[sc].items()}))
             lines.append(f"| {s} | {ps['lenient']['a']['final']:.3f} | {ps['lenient']['b']['final']:.3f} | "
                          f"{_cell(d['lenient'], 'auc')} | {_cell(d['strict'], 'auc')} | "
                          f"{_cell(d['lenient'], 'final')} ({ps['lenient']['mcnemar_p']:.2g}) | "
                          f"{_cell(d['strict'], 'final')} ({ps['strict']['mcnemar_p']:.2g}) | "
-                         f"{'yes' if inc else 'no'} | {_cell(floor, 'auc')} |")
+                         f"{'yes' if inc else 'no'} | {_cell(floor, 'auc')} | "
+                         f"{_cell(floor_plain, 'auc')} |")
         else:
             lines.append(f"| {s} | {'done' if a in runs else 'not yet run'} | "
                          f"{'done' if b in runs else 'not yet run'} | not yet run | not yet run "
-                         f"| not yet run | not yet run | — | {_cell(floor, 'auc')} |")
+                         f"| not yet run | not yet run | — | {_cell(floor, 'auc')} | "
+                         f"{_cell(floor_plain, 'auc')} |")
     lines += ["", "Lenient AUC of every finished run (the seed-to-seed spread of one method; each "
               "seed has its own problems, so these are not paired):", ""]
     lines += [f"- {m}: " + (", ".join(f"seed {s} {100 * runs[n]['lenient']['auc'][0]:.1f}"
                                       for s in range(3) if (n := run_name(m, 1e-3, s)) in runs)
-                            or "not yet run") for m in ("plain", "trl-drgrpo", "trl-rerun")]
+                            or "not yet run") for m in ("plain", "plain-rerun", "trl-drgrpo",
+                                                        "trl-rerun")]
     tables["parity"] = parity
     (out / "parity.md").write_text("\n".join(lines) + "\n")
     # tuning grid

@@ -117,7 +117,7 @@ class LLMBackend:
         if isinstance(task, DatasetTask):  # resolved path, columns, split and rows hash: a
             # resume rebuilds (and checks) the same problems; `dataset` is for the reader
             llm_cfg.prompts, llm_cfg.task_options = task.path, task.options()
-            config["backend"]["dataset"] = task.record(llm_cfg.n_train, llm_cfg.n_eval, llm_cfg.seed)
+            config["backend"]["dataset"] = task.record(llm_cfg.n_train, llm_cfg.n_eval, llm_cfg.problems_seed)
         config["backend"].update(llm=llm_cfg.to_dict(), versions=_versions())
         if ray is not None:  # agents as Ray actors
             config["ray"] = ray

@@ -110,7 +110,12 @@ class LLMConfig:
                            "the task can supply: arithmetic 0-9 has 300)", range=_POS_INT)
     n_eval: int = setting(200, "held-out problems (team accuracy, greedy)", range=_POS_INT)
     eval_batch: int = setting(32, "episodes prefilled together in evaluate() (all of them then decode together)", range=_POS_INT)
-    seed: int = setting(0, "seed of sampling, problem choice and model init", cli=False)
+    seed: int = setting(0, "seed of sampling, model init and (unless --problem-seed) problem choice", cli=False)
+    problem_seed: int | None = setting(None, "seed of the problem choice: the training pool "
+                                       "and the held-out set (none: --seed). Two runs with "
+                                       "one --problem-seed and different --seed train on the "
+                                       "same problems with other random streams (a rerun)",
+                                       range=_NONNEG_INT)
     engine: str = setting("hf", "rollout engine: hf (transformers generate, CPU/GPU) | vllm "
                           "(multi-LoRA; run on vLLM's CPU build, CUDA untested; README, "
                           "sat_llm.vllm_engine)")
@@ -158,6 +163,11 @@ class LLMConfig:
         _check_checks(self)
         self.lora_targets = tuple(self.lora_targets)
         self.task_options = dict(self.task_options or {})
+
+    @property
+    def problems_seed(self) -> int:
+        """The seed of the problem choice: ``problem_seed``, else ``seed``."""
+        return self.seed if self.problem_seed is None else self.problem_seed
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -101,8 +101,8 @@ def task_setup(cfg):
     if task.multi_turn and not cfg.turns:
         protocol.turns = 2 * cfg.agents  # interactive tasks need several rounds
     task.check_sizes(cfg.n_train, cfg.n_eval)  # before any model is loaded
-    train_pool = task.problems("train", cfg.n_train, cfg.seed)
-    eval_set = task.problems("eval", cfg.n_eval, cfg.seed,
+    train_pool = task.problems("train", cfg.n_train, cfg.problems_seed)
+    eval_set = task.problems("eval", cfg.n_eval, cfg.problems_seed,
                              exclude={p.prompt for p in train_pool})
     return task, protocol, train_pool, eval_set
 
