@@ -757,27 +757,38 @@ def _scoring_paragraph(rows: list[dict]) -> str:
 def _run_noise_paragraph(par: list[dict]) -> str:
     """Parity judged against the training runs' own noise (:func:`experiments.study_metrics.
     run_noise_interval`): the per-seed lenient AUC differences plain − TRL against the
-    reruns' differences TRL − TRL rerun, once there are two seeds and a rerun."""
+    reruns' differences TRL − TRL rerun and, once there are any, plain − plain rerun (then
+    the two methods' noise is not assumed equal), once there are two seeds and a TRL rerun."""
     from experiments.study_metrics import run_noise_interval
 
     diffs = [p["lenient_auc"][0] for p in par]
     reruns = [p["noise_floor_auc"][0] for p in par if p["noise_floor_auc"]]
+    plain = [p["noise_floor_plain_auc"][0] for p in par if p.get("noise_floor_plain_auc")]
     head = "**Against the run noise** (lenient AUC, `study_metrics.run_noise_interval`): "
     if len(diffs) < 2 or not reruns:
         return head + ("not yet measured: it needs plain − TRL on two seeds and at least one "
                        f"TRL rerun ({len(diffs)} and {len(reruns)} so far).\n")
-    r = run_noise_interval(diffs, reruns)
+    r = run_noise_interval(diffs, reruns, reruns_a=plain or None)
     pts = lambda iv: f"{100 * iv[0]:+.1f} [{100 * iv[1]:+.1f}, {100 * iv[2]:+.1f}]"  # noqa: E731
+    rms = lambda x: 100 * (sum(v * v for v in x) / len(x)) ** 0.5  # noqa: E731
     seeds = ", ".join(f"seed {p['seed']} {100 * d:+.1f} ({'within' if w else 'beyond'})"
                       for p, d, w in zip(par, diffs, r["within_noise"], strict=True))
-    return (head + f"two TRL runs that differ only in TRL's seed differ by {100 * r['run_noise_sd']:.1f} "
-            f"points RMS over {len(reruns)} seed(s). If plain and TRL were the same algorithm, one "
-            f"seed's |plain − TRL| would exceed t · that = {100 * r['per_seed_bound']:.1f} points "
+    noise = (f"two TRL runs that differ only in TRL's seed differ by {rms(reruns):.1f} points "
+             f"RMS over {len(reruns)} seed(s)")
+    if plain:
+        noise += (f", two plain runs that differ only in our seed by {rms(plain):.1f} over "
+                  f"{len(plain)}; the noise of one seed's plain − TRL is then "
+                  f"{100 * r['run_noise_sd']:.1f} points (√ of the mean of the two mean squares, "
+                  f"{r['dof']:.1f} degrees of freedom by Welch–Satterthwaite)")
+    model = ("its method's plus independent run noise, of each method's own size" if plain else
+             "its method's plus independent run noise, equally large for both methods (plain's "
+             "reruns, which would measure its own, are not yet run)")
+    return (head + f"{noise}. If plain and TRL were the same algorithm, one seed's "
+            f"|plain − TRL| would exceed t · that = {100 * r['per_seed_bound']:.1f} points "
             f"with probability 5%: {seeds}. Over the {len(diffs)} seeds, plain − TRL = "
             f"{pts(r['delta'])} points (95% t-interval with the reruns' noise; from the seeds' "
             f"own spread alone: {pts(r['seeds_only'])}). The model behind it: every run's AUC is "
-            "its problems' effect plus its method's plus independent run noise, equally large "
-            "for both methods.\n")
+            f"its problems' effect plus {model}.\n")
 
 
 def section_llm_common(folder: Path) -> str:

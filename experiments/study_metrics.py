@@ -154,21 +154,30 @@ def common_checkpoints(budgets: list[dict[int, float]], grid: float, *, tol: flo
     return rows
 
 
-def run_noise_interval(diffs, reruns, *, conf: float = 0.95) -> dict:
+def run_noise_interval(diffs, reruns, *, conf: float = 0.95, reruns_a=None) -> dict:
     """Method difference against the training runs' own noise, over ``P`` seeds.
 
     ``diffs[s] = m(A_s) − m(B_s)``: a metric of method ``A`` minus method ``B`` on seed ``s``'s
     problems; ``reruns[s] = m(B_s) − m(B'_s)``: ``B`` minus ``B`` again with another trainer
     seed on the same problems. Model: every run's metric is a seed effect (its problems) plus
-    its method's effect plus independent run noise, so that ``d_s = δ + e_s`` and ``r_s = e'_s``
-    with ``e_s, e'_s`` i.i.d. ``N(0, v)`` (the two methods' runs are assumed equally noisy).
-    With ``v̂ = (1/P) Σ r_s²`` (the reruns' mean is 0 by construction), ``(mean(d) − δ) /
-    sqrt(v̂/P)`` is Student-t with ``P`` degrees of freedom, so
+    its method's effect plus independent run noise of variance ``u_A`` (runs of ``A``) or
+    ``u_B``, so that ``d_s = δ + e_s`` with ``var e_s = u_A + u_B`` and ``var r_s = 2 u_B``.
 
-    - ``delta = (mean(d), lo, hi)``, ``mean(d) ± t_P · sqrt(v̂/P)``: the interval of ``δ``;
-    - ``per_seed_bound = t_P · sqrt(v̂)``: a single seed's ``|d_s|`` exceeds it with
-      probability ``1 − conf`` when ``δ = 0`` (``d_s / sqrt(v̂)`` is t_P);
-      ``within_noise[s] = |d_s| ≤ per_seed_bound``;
+    - Without ``reruns_a`` the two methods' runs are assumed equally noisy (``u_A = u_B``):
+      ``v̂ = Q_B = (1/R) Σ r_s²`` (the reruns' mean is 0 by construction) estimates
+      ``var e_s``, and ``(mean(d) − δ) / sqrt(v̂/P)`` is Student-t with ``k = R`` degrees of
+      freedom.
+    - With ``reruns_a[s] = m(A_s) − m(A'_s)`` (``A``'s own reruns) no such assumption is
+      needed: ``v̂ = (Q_A + Q_B)/2`` is unbiased for ``u_A + u_B``, and ``k`` is
+      Welch–Satterthwaite's ``v̂² / ((Q_A/2)²/R_A + (Q_B/2)²/R_B)`` (``R_A + R_B`` when the
+      two are equal).
+
+    Then
+
+    - ``delta = (mean(d), lo, hi)``, ``mean(d) ± t_k · sqrt(v̂/P)``: the interval of ``δ``;
+    - ``per_seed_bound = t_k · sqrt(v̂)``: a single seed's ``|d_s|`` exceeds it with
+      probability ``1 − conf`` when ``δ = 0``; ``within_noise[s] = |d_s| ≤ per_seed_bound``;
+    - ``run_noise_sd = sqrt(v̂)``, ``dof = k``;
     - ``seeds_only = (mean(d), lo, hi)``: the plain t-interval ``mean(d) ± t_{P−1} · s_d/√P``
       from the differences alone (no rerun needed; wide with few seeds).
 
@@ -176,15 +185,21 @@ def run_noise_interval(diffs, reruns, *, conf: float = 0.95) -> dict:
     from scipy.stats import t as student_t
 
     d, r = np.asarray(diffs, dtype=np.float64), np.asarray(reruns, dtype=np.float64)
-    if d.ndim != 1 or r.ndim != 1 or len(d) < 2 or len(r) < 1:
+    ra = None if reruns_a is None else np.asarray(reruns_a, dtype=np.float64)
+    if (d.ndim != 1 or r.ndim != 1 or len(d) < 2 or len(r) < 1
+            or (ra is not None and (ra.ndim != 1 or len(ra) < 1))):
         raise ValueError("need >= 2 per-seed differences and >= 1 rerun difference")
     q = 0.5 + conf / 2
-    P, R = len(d), len(r)
-    v = float(np.mean(r ** 2))
-    half = float(student_t.ppf(q, R) * math.sqrt(v / P))
-    bound = float(student_t.ppf(q, R) * math.sqrt(v))
+    P = len(d)
+    v, k = float(np.mean(r ** 2)), float(len(r))
+    if ra is not None:
+        qa, qb = float(np.mean(ra ** 2)), v
+        v = (qa + qb) / 2
+        k = v ** 2 / ((qa / 2) ** 2 / len(ra) + (qb / 2) ** 2 / len(r)) if v > 0 else float(len(ra) + len(r))
+    half = float(student_t.ppf(q, k) * math.sqrt(v / P))
+    bound = float(student_t.ppf(q, k) * math.sqrt(v))
     half_seeds = float(student_t.ppf(q, P - 1) * d.std(ddof=1) / math.sqrt(P))
     mean = float(d.mean())
-    return dict(delta=(mean, mean - half, mean + half), run_noise_sd=math.sqrt(v),
+    return dict(delta=(mean, mean - half, mean + half), run_noise_sd=math.sqrt(v), dof=k,
                 per_seed_bound=bound, within_noise=[bool(abs(x) <= bound) for x in d],
                 seeds_only=(mean, mean - half_seeds, mean + half_seeds))
