@@ -44,6 +44,7 @@ no longer the closed-form optimum of SAT's objective.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 from scipy.special import log_softmax, logsumexp
@@ -73,11 +74,16 @@ def _weights(nu, S: int, what: str = "probe distribution nu") -> np.ndarray:
     return nu / nu.sum()
 
 
+def _probe_mean(nu: np.ndarray, kl: np.ndarray) -> float:
+    """``D = Σ_{s: ν(s)>0} ν(s) KL_s`` (states with ``ν(s) = 0`` do not count, even if infinite)."""
+    m = nu > 0
+    return float(nu[m] @ kl[m])
+
+
 def probe_kl(pi_old: np.ndarray, pi_new: np.ndarray, nu: np.ndarray) -> float:
     """``E_{s∼ν} KL_s(π_old‖π_new)`` (states with ``ν(s) = 0`` do not count, even if infinite)."""
     kl = kl_rows(pi_old, pi_new)
-    m = nu > 0
-    return float(nu[m] @ kl[m])
+    return _probe_mean(nu, kl)
 
 
 def probe_distribution(d: np.ndarray, n_probe: int, rng) -> np.ndarray:
@@ -108,34 +114,9 @@ class AlignTrace:
     lr: float
 
 
-def align_distill(pi_old, init, nu, delta_align: float, *, lr: float | None = None,
-                  max_steps: int = 100_000) -> tuple[np.ndarray, AlignTrace]:
-    """TeamTR Stage-0: ``min_θ E_{s∼ν} KL_s(π_old‖softmax θ_s)`` by gradient descent from
-    ``θ^0 = log init``, stopping at the first point with ``E_ν KL ≤ δ_align``.
-
-    ``pi_old``, ``init``: (S, A) factors (``init`` strictly positive: softmax logits cannot
-    represent a zero). ``nu`` (S,): probe state weights (normalized here). Step
-    ``θ ← θ − η_t g_t``, ``g = ν(s) (π_θ − π_old)``. The objective is ``ν_max/2``-smooth in
-    ``θ`` (the Hessian per state is ``ν(s)(diag π_θ − π_θ π_θᵀ)``, whose top eigenvalue is
-    at most ``½``) and convex, so ``η = lr = 1/ν_max`` (the default; half the largest stable
-    step) always decreases ``D``.
-
-    The step sizes adapt, one per state (the objective is a ``ν``-weighted sum of
-    independent per-state problems): each doubles after every step and halves until the
-    state's Armijo condition ``ν(s)KL_s(θ_s − η_s g_s) ≤ ν(s)KL_s(θ_s) − η_s‖g_s‖²/2`` holds
-    (met by every ``η_s ≤ 2/ν_max``), so every ``KL_s`` and ``D`` decrease at every step.
-    Why: from a near-deterministic initialization (a logit gap of hundreds) a state's
-    gradient is as small as the old factor's smallest probability there, and a fixed step
-    ``1/ν_max`` — or one step size shared with well-conditioned states — would need
-    millions of steps; the doubling crosses such a flat region in a few dozen. The step that
-    crosses ``δ_align`` is cut back, by bisection on a common factor of all states' steps,
-    to the first point of that segment with ``D ≤ δ_align`` (``D`` is convex along it, so
-    that point is the boundary): the early stop keeps as much of the new agent as the
-    radius allows, however long the last step was.
-
-    Returns the aligned factor (S, A) — rows with ``ν(s) = 0`` keep the initialization — and
-    an :class:`AlignTrace` (``lr``: the first step size).
-    """
+def _align_inputs(pi_old, init, nu, delta_align: float, lr: float | None):
+    """Validated ``(π_old, init, ν normalized, lr)`` of :func:`align_distill`; ``lr`` defaults
+    to ``1/ν_max``."""
     pi_old = _factor(pi_old, "old factor pi_old")
     init = _factor(init, "new agent's initialization")
     if init.shape != pi_old.shape:
@@ -149,44 +130,83 @@ def align_distill(pi_old, init, nu, delta_align: float, *, lr: float | None = No
         lr = 1.0 / float(nu.max())
     if not lr > 0:
         raise InputError(f"lr must be > 0, got {lr}")
+    return pi_old, init, nu, lr
 
+
+def _distill_point(pi_old: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(π_θ, KL_s(π_old‖π_θ) per state)`` from log-softmax: ``π_θ`` itself can be
+    subnormal (a logit gap of 744 gives 1e-323, with 2 significant bits), and a KL from
+    it would not move under steps that move ``θ``."""
+    logq = log_softmax(theta, axis=1)
+    return np.exp(logq), kl_rows_log(pi_old, logq)
+
+
+def _armijo_steps(pi_old, nu, theta, g, kl, eta, floor: float):
+    """Per-state Armijo backtracking: halve each ``η_s`` (not below ``floor``) until
+    ``ν(s)KL_s(θ_s − η_s g_s) ≤ ν(s)KL_s(θ_s) − η_s‖g_s‖²/2`` on every probed state (met by
+    every ``η_s ≤ 2/ν_max``, since ``D`` is ``ν_max/2``-smooth). One step size per state,
+    because ``D`` is a ``ν``-weighted sum of independent per-state problems: from a
+    near-deterministic initialization a state's gradient is as small as the old factor's
+    smallest probability there, and a step shared with well-conditioned states would need
+    millions of steps. Returns ``(η, π_θ', KL_s(π_old‖π_θ'))`` at ``θ' = θ − η∘g``."""
+    eta = eta.copy()
     m = nu > 0
+    gg = np.sum(g * g, axis=1)
+    while True:
+        q_new, kl_new = _distill_point(pi_old, theta - eta[:, None] * g)
+        bad = m & (nu * kl_new > nu * kl - 0.5 * eta * gg) & (eta > floor)
+        if not bad.any():
+            return eta, q_new, kl_new
+        eta[bad] *= 0.5
 
-    def at(theta):
-        """``(π_θ, KL_s(π_old‖π_θ) per state)`` from log-softmax: ``π_θ`` itself can be
-        subnormal (a logit gap of 744 gives 1e-323, with 2 significant bits), and a KL from
-        it would not move under steps that move ``θ``."""
-        logq = log_softmax(theta, axis=1)
-        return np.exp(logq), kl_rows_log(pi_old, logq)
 
-    def D(kl):
-        return float(nu[m] @ kl[m])
+def _boundary_fraction(pi_old, nu, theta, g, eta, delta_align: float) -> float:
+    """The first point ``c ∈ (0, 1]`` of the segment ``θ − c η∘g`` with ``D ≤ δ_align``, by 60
+    bisections (the returned end is inside): ``D`` is convex along the segment and ``D > δ_align``
+    at ``c = 0``, so that point is the boundary ``D = δ_align`` to roundoff."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if _probe_mean(nu, _distill_point(pi_old, theta - mid * eta[:, None] * g)[1]) <= delta_align:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
+
+def align_distill(pi_old, init, nu, delta_align: float, *, lr: float | None = None,
+                  max_steps: int = 100_000) -> tuple[np.ndarray, AlignTrace]:
+    """TeamTR Stage-0: ``min_θ D(θ) = E_{s∼ν} KL_s(π_old‖softmax θ_s)`` by gradient descent
+    from ``θ^0 = log init``, stopping at the first point with ``D ≤ δ_align``.
+
+    ``pi_old``, ``init``: (S, A) factors (``init`` strictly positive: softmax logits cannot
+    represent a zero). ``nu`` (S,): probe state weights (normalized here). Step
+    ``θ ← θ − η_t∘g_t``, ``g = ν(s) (π_θ − π_old)``. ``D`` is convex and ``ν_max/2``-smooth
+    (the Hessian per state is ``ν(s)(diag π_θ − π_θ π_θᵀ)``, top eigenvalue at most ``½``), so
+    ``lr = 1/ν_max`` (the default first step; half the largest stable one) decreases ``D``.
+    Each state's step doubles after every step and is cut back by :func:`_armijo_steps`, so
+    every ``KL_s`` and ``D`` decrease at every step, and a flat region is crossed in a few
+    dozen steps. The step that crosses ``δ_align`` is cut back to the boundary
+    (:func:`_boundary_fraction`): the early stop keeps as much of the new agent as the radius
+    allows, however long the last step was.
+
+    Returns the aligned factor (S, A) — rows with ``ν(s) = 0`` keep the initialization — and
+    an :class:`AlignTrace` (``lr``: the first step size).
+    """
+    pi_old, init, nu, lr = _align_inputs(pi_old, init, nu, delta_align, lr)
+    D = partial(_probe_mean, nu)
     theta = np.log(init)
-    q, kl = at(theta)
+    q, kl = _distill_point(pi_old, theta)
     eta = np.full(pi_old.shape[0], float(lr))
     floor = lr * 2.0 ** -60
     kls = [D(kl)]
     while kls[-1] > delta_align and len(kls) <= max_steps:
         g = nu[:, None] * (q - pi_old)
-        gg = np.sum(g * g, axis=1)
-        while True:  # per-state Armijo backtracking (always met by η_s ≤ 2/ν_max)
-            q_new, kl_new = at(theta - eta[:, None] * g)
-            bad = m & (nu * kl_new > nu * kl - 0.5 * eta * gg) & (eta > floor)
-            if not bad.any():
-                break
-            eta[bad] *= 0.5
+        eta, q_new, kl_new = _armijo_steps(pi_old, nu, theta, g, kl, eta, floor)
         step = eta
         if D(kl_new) <= delta_align:  # the first point of this step inside the radius
-            lo, hi = 0.0, 1.0
-            for _ in range(60):
-                mid = 0.5 * (lo + hi)
-                if D(at(theta - mid * eta[:, None] * g)[1]) <= delta_align:
-                    hi = mid
-                else:
-                    lo = mid
-            step = hi * eta
-            q_new, kl_new = at(theta - step[:, None] * g)
+            step = _boundary_fraction(pi_old, nu, theta, g, eta, delta_align) * eta
+            q_new, kl_new = _distill_point(pi_old, theta - step[:, None] * g)
         theta, q, kl = theta - step[:, None] * g, q_new, kl_new
         kls.append(D(kl))
         eta = np.minimum(2.0 * eta, 1e300)  # g = 0 rows must not overflow to inf·0

@@ -1,7 +1,8 @@
 """Checks of docs/theory.md §5 (Stage-0) and §7: information geometry, envelopes, optimization.
 
-Checks: ``stage0_alignment``, ``information_geometric_gain``, ``oracle_envelope``,
-``projected_gradient_convergence``, ``donsker_varadhan_envelope``, ``kl_allocation``.
+Checks: ``stage0_boundary``, ``stage0_alignment``, ``information_geometric_gain``,
+``oracle_envelope``, ``projected_gradient_convergence``, ``donsker_varadhan_envelope``,
+``kl_allocation``.
 
 Parameterization used throughout: agent ``j``'s factor is ``π_θ(·|s) = softmax(θ_s)`` with one
 logit vector per state, ``θ ∈ R^{S×A_j}``. For softmax, ``∇_θ log π(a|s) = e_{s,a} − π(·|s)``
@@ -46,10 +47,38 @@ def _sign_bandit_steps(ts=(1e-3, 1e-2, 0.05)):
     return out
 
 
+# ------------------------------------------------------------------ Stage-0 cases
+def _replace_agent(mdp, cur: TeamPolicy, k: int, rng):
+    """Case ``k``: a drawn agent ``j`` of ``π_cur`` is replaced by a new model ``π_pre`` — for odd
+    ``k`` a random policy (temperature 2), for even ``k`` a "stronger" model, a large improving
+    step from the old factor plus noise, ``softmax(log π_greedy + N(0, ½²))``. Returns
+    ``(j, ev, ν, π_old, π_pre)`` with ``ev = evaluate(π_cur)`` and ``ν`` the occupancy
+    ``d^{π_cur}`` on ``j``'s active states, normalized; ``None`` when those states are never
+    reached (no ``π_pre`` is drawn)."""
+    j = int(rng.integers(mdp.n_agents))
+    ev = evaluate(mdp, cur)
+    d_act = np.where(mdp.active[:, j], ev.d, 0.0)
+    if d_act.sum() <= 0:
+        return None
+    old = cur.factors[j]
+    if k % 2:
+        pre = random_policy(mdp, rng, temperature=2.0).factors[j]
+    else:
+        z = np.log(greedy_target(mdp, cur, 1.0).factors[j]) + rng.normal(scale=0.5, size=old.shape)
+        pre = softmax(z, axis=1)
+    return j, ev, d_act / d_act.sum(), old, pre
+
+
 # ------------------------------------------------------------------ stage0_boundary
 #: a distillation that stops by crossing δ_align ends within this (relative) of the boundary:
 #: the crossing step is bisected 60 times, so the end point is the boundary to roundoff
 ALIGN_BOUNDARY_TOL = 1e-9
+
+
+def _boundary_radius(D0: float, k: int, rng) -> float:
+    """``δ_align``: a third of the cases start inside (``1.5 D(θ_0)``), the rest outside
+    (0.01 or 0.05, scaled down when ``D(θ_0) < 0.06``)."""
+    return D0 * 1.5 if k % 3 == 0 else float(rng.choice([0.01, 0.05])) * min(1.0, D0 / 0.06)
 
 
 @check("stage0_boundary", "TeamTR App. D.1 (Stage-0 distillation, early stop at δ_align)",
@@ -67,26 +96,14 @@ def stage0_boundary(*, quick: bool = True, seed: int = 0, mutation: str | None =
     tally = Tally("stage0_boundary")
     gaps, steps, inside0 = [], [], 0
     for k, c in enumerate(_mini_cases(seed + 5, 16 if quick else 100, kinds=("random",))):
-        mdp, cur = c.mdp, c.current
-        j = int(rng.integers(mdp.n_agents))
-        act = mdp.active[:, j]
-        d_act = np.where(act, evaluate(mdp, cur).d, 0.0)
-        if d_act.sum() <= 0:
+        swap = _replace_agent(c.mdp, c.current, k, rng)
+        if swap is None:
             continue
-        nu = d_act / d_act.sum()
-        old = cur.factors[j]
-        if k % 2:
-            pre = random_policy(mdp, rng, temperature=2.0).factors[j]
-        else:
-            z = np.log(greedy_target(mdp, cur, 1.0).factors[j]) + rng.normal(scale=0.5, size=old.shape)
-            pre = softmax(z, axis=1)
-        D0 = probe_kl(old, pre, nu)
-        # a third of the cases start inside (radius above D0), the rest outside
-        delta = D0 * 1.5 if k % 3 == 0 else float(rng.choice([0.01, 0.05])) * min(1.0, D0 / 0.06)
+        j, _, nu, old, pre = swap
+        delta = _boundary_radius(probe_kl(old, pre, nu), k, rng)
         new, tr = align_distill(old, pre, nu, delta)
-        D = probe_kl(old, new, nu)
-        if mutation == "previous_point" and tr.steps > 0:
-            D = float(tr.kl[-2])
+        previous = mutation == "previous_point" and tr.steps > 0
+        D = float(tr.kl[-2]) if previous else probe_kl(old, new, nu)
         label = f"{c.label} agent {j} δ_align={delta:.3g} steps={tr.steps}"
         tally.begin()
         tally.record(delta - D, scale=delta, label=label + f" D {D:.10g} outside δ_align")
@@ -111,6 +128,89 @@ def stage0_boundary(*, quick: bool = True, seed: int = 0, mutation: str | None =
 
 
 # ------------------------------------------------------------------ stage0_alignment
+#: probe-set size of TeamTR's Stage-0 and the DKW confidence of its relaxation
+N_PROBES, DKW_ETA = 500, 0.05
+
+
+def _stage0_forms(old, pre, nu, delta: float, mutation: str | None):
+    """Both Stage-0 forms of radius ``δ_align``: TeamTR's distillation from ``π_pre`` on ``ν``,
+    SAT's projection of ``π_pre`` (``KL_s(π_new‖π_old) ≤ δ_align``) and the same path bounded
+    in the trust-region direction. Returns ``(π_distill, trace, proj, proj_tr, π_proj)``, where
+    ``π_distill`` and ``π_proj`` are the factors checked (``π_pre`` itself under
+    ``direct_swap``)."""
+    new_d, tr = align_distill(old, pre, nu, delta)
+    proj = project_geometric(pre, old, delta)
+    proj_tr = project_geometric(pre, old, delta, constraint="trust_region")
+    if mutation == "direct_swap":
+        return pre, tr, proj, proj_tr, pre
+    return new_d, tr, proj, proj_tr, proj.pi
+
+
+def _record_stage0_constraints(tally, old, new_d, proj_pi, nu, act, delta: float, label: str,
+                               mutation: str | None) -> None:
+    """Each form against its own constraint: TeamTR ``E_ν KL(π_old‖π_distill) ≤ δ_align`` (the
+    trust-region direction); SAT ``max_s KL_s(π_proj‖π_old) ≤ δ_align`` on the active states.
+    ``flip_kl_direction`` checks each in the other direction."""
+    flip = mutation == "flip_kl_direction"
+    kl_d = probe_kl(new_d, old, nu) if flip else probe_kl(old, new_d, nu)
+    tally.begin()
+    tally.record(delta - kl_d, scale=delta, label=label + " distill",
+                 tightness=kl_d / delta)
+    kl_p = kl_rows(old, proj_pi) if flip else kl_rows(proj_pi, old)
+    tally.record(delta - float(kl_p[act].max()), scale=delta, label=label + " projection")
+
+
+def _stage0_comparison(rows: dict, mdp, cur, ev, j: int, pre, new_d, tr, proj, proj_tr, exact_nu,
+                       delta: float, probed: bool) -> None:
+    """Append to ``rows`` what the findings compare (the unmutated projections): steps, ``J``
+    after each swap minus ``J(π_cur)``, the final KLs over ``δ_align``, how much of ``π_pre``
+    survives (``E_d KL(π_new‖π_pre)``), SAT's projection in the certificates' direction
+    ``KL_s(π_cur‖π_new)``, and on probes the exact KL against the DKW relaxations
+    ``δ_align + ε(N, η)`` and ``δ_align + KL_max·ε``."""
+    old, act = cur.factors[j], mdp.active[:, j]
+    rows["steps"].append(tr.steps)
+    for key, f in (("dJ_direct", pre), ("dJ_distill", new_d), ("dJ_proj", proj.pi),
+                   ("dJ_proj_tr", proj_tr.pi)):
+        rows[key].append(evaluate(mdp, cur.with_factor(j, f)).J - ev.J)
+    if probed:
+        eps = dkw_epsilon(N_PROBES, DKW_ETA)
+        exact_kl = probe_kl(old, new_d, exact_nu)
+        kl_max = float(kl_rows(old, new_d)[act].max())
+        rows["dkw"].append((exact_kl <= delta + eps, exact_kl <= delta + kl_max * eps))
+    rows["final_distill"].append(tr.kl[-1] / delta)
+    rows["final_proj"].append(probe_kl(old, proj.pi, exact_nu) / delta)
+    rows["keep_distill"].append(probe_kl(new_d, pre, exact_nu))
+    rows["keep_proj"].append(probe_kl(proj.pi, pre, exact_nu))
+    cd = proj.kl_cur_new[act]
+    rows["sat_cert_dir"].append(float(cd.max()) / delta)
+    rows["sat_cert_frac"].append(float(np.mean(cd > delta * (1 + 1e-9))))
+    rows["probe_gen"].append(probe_kl(old, new_d, exact_nu) / delta)
+    rows["distill_max"].append(float(kl_rows(old, new_d)[act].max()) / delta)
+
+
+def _stage0_findings(r: dict) -> list[str]:
+    """The findings lines of ``stage0_alignment`` from the rows of :func:`_stage0_comparison`."""
+    return [
+        f"distillation steps to reach δ_align: {_q(r['steps'])}; final E_ν KL(π_old‖π_new)/δ_align: "
+        f"distilled {_q(r['final_distill'])}, SAT projection (E_d) {_q(r['final_proj'])}",
+        f"J(swap) − J(π_cur): direct {_q(r['dJ_direct'])}; distilled {_q(r['dJ_distill'])}; "
+        f"SAT projection {_q(r['dJ_proj'])}; projection in the trust-region direction "
+        f"{_q(r['dJ_proj_tr'])}",
+        f"how much of π_pre survives, E_d KL(π_new‖π_pre) (smaller keeps more): distilled "
+        f"{_q(r['keep_distill'])}; SAT projection {_q(r['keep_proj'])}",
+        f"SAT projection in the certificates' direction: max_s KL_s(π_cur‖π_new)/δ_align "
+        f"{_q(r['sat_cert_dir'])}; fraction of active states over δ_align "
+        f"{_q(r['sat_cert_frac'])} — SAT's constraint KL(π‖π_cur) is the other orientation; "
+        "project_geometric(constraint='trust_region') fixes this",
+        f"distillation on probes: exact E_d KL(π_old‖π_new)/δ_align {_q(r['probe_gen'])} "
+        f"(ν = {N_PROBES} probes in 1/3 of the cases); per-state max/δ_align {_q(r['distill_max'])} — "
+        "an expected-KL alignment leaves single states far outside a max-KL (SAT) radius",
+        f"probe-set relaxation (DKW, N={N_PROBES} probes, η={DKW_ETA:g}): exact E_d KL ≤ δ_align + ε in "
+        f"{sum(a for a, _ in r['dkw'])}/{len(r['dkw'])} probe cases; ≤ δ_align + KL_max·ε (the form "
+        f"valid for unbounded per-state KL) in {sum(b for _, b in r['dkw'])}/{len(r['dkw'])}",
+    ]
+
+
 @check("stage0_alignment", "TeamTR App. D.1 (Stage-0 distillation); SAT Stage-0 projection",
        SECTION5, mutations=("direct_swap", "flip_kl_direction"))
 def stage0_alignment(*, quick: bool = True, seed: int = 0, mutation: str | None = None):
@@ -133,80 +233,19 @@ def stage0_alignment(*, quick: bool = True, seed: int = 0, mutation: str | None 
                 keep_proj=[], sat_cert_dir=[], sat_cert_frac=[], probe_gen=[], distill_max=[],
                 final_distill=[], final_proj=[], dkw=[])
     for k, c in enumerate(_mini_cases(seed, 12 if quick else 100, kinds=("random",))):
-        mdp, cur = c.mdp, c.current
-        j = int(rng.integers(mdp.n_agents))
-        act = mdp.active[:, j]
-        ev = evaluate(mdp, cur)
-        d_act = np.where(act, ev.d, 0.0)
-        if d_act.sum() <= 0:
+        swap = _replace_agent(c.mdp, c.current, k, rng)
+        if swap is None:
             continue
-        old = cur.factors[j]
-        if k % 2:
-            pre = random_policy(mdp, rng, temperature=2.0).factors[j]
-        else:  # a "stronger" model: a large improving step from the old factor, plus noise
-            z = np.log(greedy_target(mdp, cur, 1.0).factors[j]) + rng.normal(scale=0.5, size=old.shape)
-            pre = softmax(z, axis=1)
+        j, ev, exact_nu, old, pre = swap
         delta = float(rng.choice([0.01, 0.05]))
-        exact_nu = d_act / d_act.sum()
         probed = k % 3 == 0
-        nu = probe_distribution(exact_nu, 500, rng) if probed else exact_nu
-        new_d, tr = align_distill(old, pre, nu, delta)
-        proj = project_geometric(pre, old, delta)
-        proj_tr = project_geometric(pre, old, delta, constraint="trust_region")
-        if mutation == "direct_swap":
-            new_d = pre
-            proj_pi = pre
-        else:
-            proj_pi = proj.pi
-        label = f"{c.label} agent {j} δ_align={delta:g}"
-        # TeamTR: expected probe KL in the trust-region direction
-        kl_d = probe_kl(new_d, old, nu) if mutation == "flip_kl_direction" else probe_kl(old, new_d, nu)
-        tally.begin()
-        tally.record(delta - kl_d, scale=delta, label=label + " distill",
-                     tightness=kl_d / delta)
-        # SAT: per-state constraint in SAT's own direction
-        kl_p = kl_rows(old, proj_pi) if mutation == "flip_kl_direction" else kl_rows(proj_pi, old)
-        tally.record(delta - float(kl_p[act].max()), scale=delta, label=label + " projection")
-        # comparison
-        J0 = ev.J
-        rows["steps"].append(tr.steps)
-        for key, f in (("dJ_direct", pre), ("dJ_distill", new_d), ("dJ_proj", proj.pi),
-                       ("dJ_proj_tr", proj_tr.pi)):
-            rows[key].append(evaluate(mdp, cur.with_factor(j, f)).J - J0)
-        if probed:  # SAT's DKW relaxation δ + ε(N, η), and the bounded-f form δ + KL_max·ε
-            eps = dkw_epsilon(500, 0.05)
-            exact_kl = probe_kl(old, new_d, exact_nu)
-            kl_max = float(kl_rows(old, new_d)[act].max())
-            rows["dkw"].append((exact_kl <= delta + eps, exact_kl <= delta + kl_max * eps))
-        rows["final_distill"].append(tr.kl[-1] / delta)
-        rows["final_proj"].append(probe_kl(old, proj.pi, exact_nu) / delta)
-        rows["keep_distill"].append(probe_kl(new_d, pre, exact_nu))
-        rows["keep_proj"].append(probe_kl(proj.pi, pre, exact_nu))
-        cd = proj.kl_cur_new[act]
-        rows["sat_cert_dir"].append(float(cd.max()) / delta)
-        rows["sat_cert_frac"].append(float(np.mean(cd > delta * (1 + 1e-9))))
-        rows["probe_gen"].append(probe_kl(old, new_d, exact_nu) / delta)
-        rows["distill_max"].append(float(kl_rows(old, new_d)[act].max()) / delta)
-    r = rows
-    return tally.result([
-        f"distillation steps to reach δ_align: {_q(r['steps'])}; final E_ν KL(π_old‖π_new)/δ_align: "
-        f"distilled {_q(r['final_distill'])}, SAT projection (E_d) {_q(r['final_proj'])}",
-        f"J(swap) − J(π_cur): direct {_q(r['dJ_direct'])}; distilled {_q(r['dJ_distill'])}; "
-        f"SAT projection {_q(r['dJ_proj'])}; projection in the trust-region direction "
-        f"{_q(r['dJ_proj_tr'])}",
-        f"how much of π_pre survives, E_d KL(π_new‖π_pre) (smaller keeps more): distilled "
-        f"{_q(r['keep_distill'])}; SAT projection {_q(r['keep_proj'])}",
-        f"SAT projection in the certificates' direction: max_s KL_s(π_cur‖π_new)/δ_align "
-        f"{_q(r['sat_cert_dir'])}; fraction of active states over δ_align "
-        f"{_q(r['sat_cert_frac'])} — SAT's constraint KL(π‖π_cur) is the other orientation; "
-        "project_geometric(constraint='trust_region') fixes this",
-        f"distillation on probes: exact E_d KL(π_old‖π_new)/δ_align {_q(r['probe_gen'])} "
-        f"(ν = 500 probes in 1/3 of the cases); per-state max/δ_align {_q(r['distill_max'])} — "
-        "an expected-KL alignment leaves single states far outside a max-KL (SAT) radius",
-        f"probe-set relaxation (DKW, N=500 probes, η=0.05): exact E_d KL ≤ δ_align + ε in "
-        f"{sum(a for a, _ in r['dkw'])}/{len(r['dkw'])} probe cases; ≤ δ_align + KL_max·ε (the form "
-        f"valid for unbounded per-state KL) in {sum(b for _, b in r['dkw'])}/{len(r['dkw'])}",
-    ])
+        nu = probe_distribution(exact_nu, N_PROBES, rng) if probed else exact_nu
+        new_d, tr, proj, proj_tr, proj_pi = _stage0_forms(old, pre, nu, delta, mutation)
+        _record_stage0_constraints(tally, old, new_d, proj_pi, nu, c.mdp.active[:, j], delta,
+                                   f"{c.label} agent {j} δ_align={delta:g}", mutation)
+        _stage0_comparison(rows, c.mdp, c.current, ev, j, pre, new_d, tr, proj, proj_tr, exact_nu,
+                           delta, probed)
+    return tally.result(_stage0_findings(rows))
 
 
 # ------------------------------------------------------------------ information_geometric_gain
@@ -274,6 +313,91 @@ def natural_gradient_stage(mdp, current: TeamPolicy, budget: float, *, eps: floa
     return pol, steps
 
 
+def _gain_terms(st: dict, budget: float, mutation: str | None) -> tuple[float, float]:
+    """The local gain terms ``κ_i√δ̄ − a_iδ̄`` of one natural step, with ``a_i = L^loc/λ_min``
+    for ``λ_min`` of ``F^reg`` on all directions and on the identifiable ones
+    (``drop_curvature``: ``κ_i√δ̄``)."""
+    curv = 0.0 if mutation == "drop_curvature" else st["a"] * budget
+    curv_id = 0.0 if mutation == "drop_curvature" else st["a_id"] * budget
+    return st["lin"] - curv, st["lin"] - curv_id
+
+
+def _record_natural_step(tally, st: dict, budget: float, label: str, mutation: str | None) -> None:
+    """One step as a case: on the budget, ``½ΔᵀF^regΔ = δ̄`` and ``gᵀΔ* = κ√δ̄`` (identities,
+    where ``κ > 0``), and the local gain ``L_i^seq(θ+Δ*) ≥ κ_i√δ̄ − a_iδ̄`` for both ``λ_min``."""
+    lin, gain = st["lin"], st["gain"]
+    tally.begin()
+    if st["kappa"] > 0:
+        tally.record(-abs(st["quad"] - budget), scale=budget, label=label + " ½ΔᵀFΔ=δ̄", main=False)
+        tally.record(-abs(st["g_dot_Delta"] - lin), scale=lin, label=label + " gᵀΔ=κ√δ̄",
+                     main=False)
+    term, term_id = _gain_terms(st, budget, mutation)
+    tally.record(gain - term, scale=abs(gain) + lin, label=label + " local gain")
+    tally.record(gain - term_id, scale=abs(gain) + lin,
+                 label=label + " local gain (identifiable λ_min)")
+
+
+def _occupancy_shift(gamma: float, steps: list[dict]) -> float:
+    """The penalty constant ``2γ/(1−γ)² A_max`` of a stage, ``A_max`` the largest over the
+    steps' reference policies ``π̂^{i−1}``."""
+    return 2 * gamma / (1 - gamma) ** 2 * max(st["A_max"] for st in steps)
+
+
+def _record_stage_gain(tally, mdp, steps: list[dict], budget: float, true: float, label: str,
+                       mutation: str | None) -> bool:
+    """The stage as a case: SAT's budget-aware stage bound (ζ = 0, N = ∞)
+    ``J(π̄) − J(π_cur) ≥ Σ_i(κ_i√δ̄ − a_iδ̄) − 2γ/(1−γ)² A_max Σ_i √(δ_i/2)``, with ``δ_i`` the
+    true expected KL of step ``i`` and again its true max-KL. Returns whether the bridge taken
+    literally — ``δ̄`` itself as every ``δ_i``, identifiable ``λ_min`` — is violated."""
+    terms = [_gain_terms(st, budget, mutation) for st in steps]
+    shift = _occupancy_shift(mdp.gamma, steps)
+    tally.begin()
+    for key, what in (("delta", "expected KL"), ("delta_max", "max KL")):
+        lb = sum(t for t, _ in terms) - shift * sum(math.sqrt(st[key] / 2) for st in steps)
+        tally.record(true - lb, scale=abs(lb), label=f"{label} δ̄={budget:g} stage ({what})")
+    lb_bridge = sum(t for _, t in terms) - shift * len(steps) * math.sqrt(budget / 2)
+    return true < lb_bridge - TOL * (1 + abs(lb_bridge))
+
+
+def _gain_findings(steps: list[tuple[float, dict]], bridge_viol: int, n_stages: int,
+                   eps: float) -> list[str]:
+    """The findings lines of ``information_geometric_gain`` from every ``(δ̄, step)``: the
+    quadratic bridge (true KL over ``δ̄`` and over ``½ΔᵀFΔ``, by ``δ̄``), how often
+    ``κ√δ̄ − aδ̄ > 0``, the first-order prediction against the true gain, ``κ``, ``a`` and the best
+    gain term ``max_δ̄(κ√δ̄ − aδ̄) = κ²/(4a)``, and the literal bridge's violations."""
+    ratio_kl, ratio_F = {}, {}
+    for budget, st in steps:
+        if st["kappa"] > 0:
+            ratio_kl.setdefault(budget, []).append(st["delta"] / budget)
+            if st["quad_F"] > 0:
+                ratio_F.setdefault(budget, []).append(st["delta"] / st["quad_F"])
+    ratio_kl_max = [st["delta_max"] / b for b, st in steps if st["kappa"] > 0]
+    pos_bound = sum(st["lin"] - st["a"] * b > 0 for b, st in steps)
+    pos_bound_id = sum(st["lin"] - st["a_id"] * b > 0 for b, st in steps)
+    lin_over_gain = [st["lin"] / st["gain"] for _, st in steps if st["gain"] > 0 and st["lin"] > 0]
+    kappas = [st["kappa"] for _, st in steps]
+    a_ids = [st["a_id"] for _, st in steps]
+    best_bound = [st["kappa"] ** 2 / (4 * st["a_id"]) for _, st in steps]  # at δ̄ = κ²/(4a²)
+    n_steps = len(steps)
+    return [
+        "quadratic bridge ½ΔᵀF^regΔ = δ̄ vs the true E_d KL(π_cur‖π_new): ratio true/δ̄ by δ̄: "
+        + "; ".join(f"δ̄={b:g}: {_q(r)}" for b, r in sorted(ratio_kl.items()))
+        + f"; true max-KL/δ̄ over all steps: {_q(ratio_kl_max)} — the bridge is accurate to a few "
+        "percent only for small δ̄ and errs in both directions for large ones",
+        "the same against the unregularized ½ΔᵀFΔ (separates the ε share of the budget from the "
+        "third-order KL remainder): " + "; ".join(f"δ̄={b:g}: {_q(r)}" for b, r in sorted(ratio_F.items())),
+        f"κ√δ̄ − aδ̄ > 0 in {pos_bound}/{n_steps} steps with a = L^loc/λ_min(F^reg) (λ_min = ε = "
+        f"{eps:g} because softmax logits are shift-invariant); {pos_bound_id}/{n_steps} with λ_min "
+        "on the identifiable directions — the curvature term makes the budget-aware bound "
+        "vacuous except for tiny δ̄",
+        f"first-order prediction κ√δ̄ / true surrogate gain: {_q(lin_over_gain)}",
+        f"κ {_q(kappas)}; a (identifiable λ_min) {_q(a_ids)}; best possible gain term "
+        f"max_δ̄(κ√δ̄ − aδ̄) = κ²/(4a): {_q(best_bound)}",
+        f"using δ̄ itself as the penalty radius (bridge taken as exact, identifiable λ_min): "
+        f"{bridge_viol}/{n_stages} stages violate the bound",
+    ]
+
+
 @check("information_geometric_gain", "SAT Thm 4.7 and main theorem (§4.1); TeamTR App. F.2",
        SECTION7, mutations=("drop_curvature",))
 def information_geometric_gain(*, quick: bool = True, seed: int = 0, mutation: str | None = None):
@@ -295,79 +419,19 @@ def information_geometric_gain(*, quick: bool = True, seed: int = 0, mutation: s
     """
     eps = 1e-3
     tally = Tally("information_geometric_gain")
-    ratio_kl, ratio_kl_max, ratio_F, lin_over_gain, pos_bound, pos_bound_id = {}, [], {}, [], 0, 0
-    bridge_viol, bridge_cases, stage_slack, n_steps = 0, 0, [], 0
-    kappas, a_ids, best_bound = [], [], []
     budgets = (1e-4, 1e-3, 1e-2, 0.1, 1.0)
     cs = [(c.mdp, c.current, c.label) for c in _mini_cases(seed, 20 if quick else 150, kinds=("random",))]
+    all_steps, bridge_viol = [], 0
     for k, (mdp, cur, label) in enumerate(cs):
-        g_ = mdp.gamma
         budget = budgets[k % len(budgets)]
         J0 = evaluate(mdp, cur).J
-        gains_bound, deltas, deltas_max, A_maxes = [], [], [], []
-        bridge_terms = []
         pol, steps = natural_gradient_stage(mdp, cur, budget, eps=eps)
         for st in steps:
-            j, lin, gain = st["agent"], st["lin"], st["gain"]
-            a, a_id = st["a"], st["a_id"]
-            lab = f"{label} agent {j} δ̄={budget:g}"
-            n_steps += 1
-            tally.begin()
-            if st["kappa"] > 0:
-                tally.record(-abs(st["quad"] - budget), scale=budget, label=lab + " ½ΔᵀFΔ=δ̄", main=False)
-                tally.record(-abs(st["g_dot_Delta"] - lin), scale=lin, label=lab + " gᵀΔ=κ√δ̄",
-                             main=False)
-            curv = 0.0 if mutation == "drop_curvature" else a * budget
-            curv_id = 0.0 if mutation == "drop_curvature" else a_id * budget
-            tally.record(gain - (lin - curv), scale=abs(gain) + lin, label=lab + " local gain")
-            tally.record(gain - (lin - curv_id), scale=abs(gain) + lin,
-                         label=lab + " local gain (identifiable λ_min)")
-            kappas.append(st["kappa"])
-            a_ids.append(a_id)
-            best_bound.append(st["kappa"] ** 2 / (4 * a_id))  # max_δ̄ κ√δ̄ − aδ̄, at δ̄ = κ²/(4a²)
-            pos_bound += lin - a * budget > 0
-            pos_bound_id += lin - a_id * budget > 0
-            if gain > 0 and lin > 0:
-                lin_over_gain.append(lin / gain)
-            if st["kappa"] > 0:
-                ratio_kl.setdefault(budget, []).append(st["delta"] / budget)
-                if st["quad_F"] > 0:
-                    ratio_F.setdefault(budget, []).append(st["delta"] / st["quad_F"])
-                ratio_kl_max.append(st["delta_max"] / budget)
-            gains_bound.append(lin - curv)
-            bridge_terms.append(lin - curv_id)
-            deltas.append(st["delta"])
-            deltas_max.append(st["delta_max"])
-            A_maxes.append(st["A_max"])
+            _record_natural_step(tally, st, budget, f"{label} agent {st['agent']} δ̄={budget:g}", mutation)
         true = evaluate(mdp, pol).J - J0
-        A_max = max(A_maxes)
-        shift = 2 * g_ / (1 - g_) ** 2 * A_max
-        tally.begin()
-        for ds, what in ((deltas, "expected KL"), (deltas_max, "max KL")):
-            lb = sum(gains_bound) - shift * sum(math.sqrt(x / 2) for x in ds)
-            tally.record(true - lb, scale=abs(lb), label=f"{label} δ̄={budget:g} stage ({what})")
-            stage_slack.append(true - lb)
-        # the bridge taken literally: radius δ̄ in the penalty, identifiable curvature
-        lb_bridge = sum(bridge_terms) - shift * len(deltas) * math.sqrt(budget / 2)
-        bridge_cases += 1
-        bridge_viol += true < lb_bridge - TOL * (1 + abs(lb_bridge))
-    return tally.result([
-        "quadratic bridge ½ΔᵀF^regΔ = δ̄ vs the true E_d KL(π_cur‖π_new): ratio true/δ̄ by δ̄: "
-        + "; ".join(f"δ̄={b:g}: {_q(r)}" for b, r in sorted(ratio_kl.items()))
-        + f"; true max-KL/δ̄ over all steps: {_q(ratio_kl_max)} — the bridge is accurate to a few "
-        "percent only for small δ̄ and errs in both directions for large ones",
-        "the same against the unregularized ½ΔᵀFΔ (separates the ε share of the budget from the "
-        "third-order KL remainder): " + "; ".join(f"δ̄={b:g}: {_q(r)}" for b, r in sorted(ratio_F.items())),
-        f"κ√δ̄ − aδ̄ > 0 in {pos_bound}/{n_steps} steps with a = L^loc/λ_min(F^reg) (λ_min = ε = "
-        f"{eps:g} because softmax logits are shift-invariant); {pos_bound_id}/{n_steps} with λ_min "
-        "on the identifiable directions — the curvature term makes the budget-aware bound "
-        "vacuous except for tiny δ̄",
-        f"first-order prediction κ√δ̄ / true surrogate gain: {_q(lin_over_gain)}",
-        f"κ {_q(kappas)}; a (identifiable λ_min) {_q(a_ids)}; best possible gain term "
-        f"max_δ̄(κ√δ̄ − aδ̄) = κ²/(4a): {_q(best_bound)}",
-        f"using δ̄ itself as the penalty radius (bridge taken as exact, identifiable λ_min): "
-        f"{bridge_viol}/{bridge_cases} stages violate the bound",
-    ])
+        bridge_viol += _record_stage_gain(tally, mdp, steps, budget, true, label, mutation)
+        all_steps += [(budget, st) for st in steps]
+    return tally.result(_gain_findings(all_steps, bridge_viol, len(cs), eps))
 
 
 # ------------------------------------------------------------------ oracle_envelope
@@ -414,6 +478,70 @@ def oracle_envelope(*, quick: bool = True, seed: int = 0, mutation: str | None =
 
 
 # ------------------------------------------------------------------ donsker_varadhan_envelope
+def _dv_laws(rng, count: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``count`` random ``(P, Q, f)`` on ``K ∈ [2, 6]`` outcomes (every other one a concentrated
+    ``P`` against a spread ``Q``), and the fixed law ``P = (0.99, 0.01)``, ``Q`` uniform,
+    ``f = (0, 1)``: ``KL(P‖Q) ≪ KL(Q‖P)``, so the flipped direction fails for every seed."""
+    laws = []
+    for k in range(count):
+        K = int(rng.integers(2, 7))
+        laws.append((rng.dirichlet(np.full(K, 0.3 if k % 2 else 1.0)),
+                     rng.dirichlet(np.full(K, 3.0 if k % 2 else 1.0)),
+                     rng.normal(size=K) * rng.choice([0.3, 1.0, 5.0])))
+    laws.append((np.array([0.99, 0.01]), np.array([0.5, 0.5]), np.array([0.0, 1.0])))
+    return laws
+
+
+def _dv_bounds(P, Q, f, etas, mutation: str | None) -> list[float]:
+    """Donsker–Varadhan's right side ``(KL(Q‖P) + log E_P e^{ηf})/η`` at every ``η``
+    (``flip_kl_direction``: ``KL(P‖Q)``; ``drop_log_mgf``: without the log-MGF)."""
+    kl = float(kl_rows(P, Q)) if mutation == "flip_kl_direction" else float(kl_rows(Q, P))
+    return [(kl + (0.0 if mutation == "drop_log_mgf" else float(logsumexp(eta * f, b=P)))) / eta
+            for eta in etas]
+
+
+def _centered_laws(rng, count: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, str]]:
+    """``count`` random ``(P, Q, f, label)`` with ``E_P f = 0`` and ``Q ∝ P e^{tf}``,
+    ``t ∈ [10⁻³, 1]`` log-uniform (small ``t``: the envelope is tight)."""
+    out = []
+    for _ in range(count):
+        K = int(rng.integers(2, 6))
+        P = rng.dirichlet(np.ones(K))
+        f = rng.normal(size=K)
+        f -= P @ f
+        t = 10.0 ** rng.uniform(-3, 0)
+        Q = P * np.exp(t * f)
+        Q /= Q.sum()
+        out.append((P, Q, f, f"centered K={K} t={t:.3g}"))
+    return out
+
+
+def _state_laws(items) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, str]]:
+    """``P = π_cur(·|s)``, ``Q = π_tar(·|s)``, ``f = A^{π_cur}(s,·)`` (centered under ``P``) at
+    every state of each ``(mdp, π_cur, π_tar, label)``, on ``P``'s support."""
+    out = []
+    for mdp, cur, tar, label in items:
+        ev = evaluate(mdp, cur)
+        pj = evaluate(mdp, tar).pi
+        for s in range(mdp.n_states):
+            m = ev.pi[s] > 0
+            out.append((ev.pi[s][m], pj[s][m], ev.A[s][m], f"{label} state {s}"))
+    return out
+
+
+def _record_centered(tally, P, Q, f, label: str, mutation: str | None) -> float | None:
+    """One case ``E_Q f ≤ A_max √(2 KL(Q‖P))``, ``A_max = max|f|`` (``halve_constant``: half of
+    it); returns the tightness ``bound / E_Q f`` where ``E_Q f > 0``."""
+    A_max = float(np.abs(f).max())
+    kl = float(kl_rows(Q, P))
+    bound = A_max * math.sqrt(2 * kl) * (0.5 if mutation == "halve_constant" else 1.0)
+    EQ = float(Q @ f)
+    tightness = bound / EQ if EQ > 1e-12 else None
+    tally.begin()
+    tally.record(bound - EQ, scale=bound, label=label, tightness=tightness)
+    return tightness
+
+
 @check("donsker_varadhan_envelope", "TeamTR App. F.1.2 (Donsker–Varadhan); SAT §4.4", SECTION7,
        mutations=("flip_kl_direction", "drop_log_mgf", "halve_constant"))
 def donsker_varadhan_envelope(*, quick: bool = True, seed: int = 0, mutation: str | None = None):
@@ -428,57 +556,22 @@ def donsker_varadhan_envelope(*, quick: bool = True, seed: int = 0, mutation: st
     tally = Tally("donsker_varadhan_envelope")
     etas = np.logspace(-2, 2, 9)
     dv_tight = []
-    laws = []
-    for k in range(40 if quick else 300):
-        K = int(rng.integers(2, 7))
-        laws.append((rng.dirichlet(np.full(K, 0.3 if k % 2 else 1.0)),
-                     rng.dirichlet(np.full(K, 3.0 if k % 2 else 1.0)),
-                     rng.normal(size=K) * rng.choice([0.3, 1.0, 5.0])))
-    # concentrated P, spread Q: KL(P‖Q) ≪ KL(Q‖P), so the flipped direction fails for every seed
-    laws.append((np.array([0.99, 0.01]), np.array([0.5, 0.5]), np.array([0.0, 1.0])))
-    for P, Q, f in laws:
-        K = P.size
+    for P, Q, f in _dv_laws(rng, 40 if quick else 300):
         EQ = float(Q @ f)
-        kl = float(kl_rows(P, Q)) if mutation == "flip_kl_direction" else float(kl_rows(Q, P))
-        best = math.inf
+        rhs = _dv_bounds(P, Q, f, etas, mutation)
         tally.begin()
-        for eta in etas:
-            mgf = 0.0 if mutation == "drop_log_mgf" else float(logsumexp(eta * f, b=P))
-            rhs = (kl + mgf) / eta
-            best = min(best, rhs)
-            tally.record(rhs - EQ, scale=abs(rhs), label=f"DV K={K} η={eta:g}")
+        for eta, r in zip(etas, rhs, strict=True):
+            tally.record(r - EQ, scale=abs(r), label=f"DV K={P.size} η={eta:g}")
         if EQ > 1e-9:
-            dv_tight.append(best / EQ)
-    cent_tight = []
-
-    def centered(P, Q, f, label):
-        A_max = float(np.abs(f).max())
-        kl = float(kl_rows(Q, P))
-        bound = A_max * math.sqrt(2 * kl) * (0.5 if mutation == "halve_constant" else 1.0)
-        EQ = float(Q @ f)
-        tally.begin()
-        tally.record(bound - EQ, scale=bound, label=label,
-                     tightness=bound / EQ if EQ > 1e-12 else None)
-        if EQ > 1e-12:
-            cent_tight.append(bound / EQ)
-
-    for _ in range(30 if quick else 200):
-        K = int(rng.integers(2, 6))
-        P = rng.dirichlet(np.ones(K))
-        f = rng.normal(size=K)
-        f -= P @ f
-        t = 10.0 ** rng.uniform(-3, 0)
-        Q = P * np.exp(t * f)
-        Q /= Q.sum()
-        centered(P, Q, f, f"centered K={K} t={t:.3g}")
+            dv_tight.append(min(rhs) / EQ)
     items = [(c.mdp, c.current, c.target, c.label) for c in _mini_cases(seed + 3, 4 if quick else 20)]
     items += _sign_bandit_steps((1e-3,))
-    for mdp, cur, tar, label in items:
-        ev = evaluate(mdp, cur)
-        pj = evaluate(mdp, tar).pi
-        for s in range(mdp.n_states):
-            m = ev.pi[s] > 0
-            centered(ev.pi[s][m], pj[s][m], ev.A[s][m], f"{label} state {s}")
+    laws = _centered_laws(rng, 30 if quick else 200) + _state_laws(items)
+    cent_tight = []
+    for P, Q, f, label in laws:
+        tight = _record_centered(tally, P, Q, f, label, mutation)
+        if tight is not None:
+            cent_tight.append(tight)
     return tally.result([f"DV at the best grid η / E_Q f: {_q(dv_tight)}",
                          f"centered envelope A_max√(2KL) / E_Q f: {_q(cent_tight)}"])
 
@@ -488,6 +581,56 @@ def _proj_ball(x, center, r):
     d = x - center
     nrm = float(np.linalg.norm(d))
     return x if nrm <= r else center + d * (r / nrm)
+
+
+def _block_references(mdp, cur: TeamPolicy, tar: TeamPolicy, order) -> list[tuple]:
+    """Per block ``i`` (agent ``j = σ(i)``) the frozen reference of ``L_i^seq``:
+    ``(j, w = 1{active} d^{π̂^{i−1}}/(1−γ), A_j^{π̂^{i−1}}, A_max^{π̂^{i−1}})``."""
+    pols = intermediate_policies(cur, tar, order)
+    refs = []
+    for i, j in enumerate(order):
+        ev = evaluate(mdp, pols[i])
+        w = np.where(mdp.active[:, j], ev.d, 0.0) / (1 - mdp.gamma)
+        refs.append((j, w, marginal_advantage(mdp, pols[i], ev.A, j), ev.A_max))
+    return refs
+
+
+def _block_surrogate(th, w, Aj) -> float:
+    """``L_i^seq(θ_j) = Σ_s w(s) Σ_a π_θj(a|s) A_j(s,a)`` (``A_j`` is centered under the
+    reference, so ``L_i^seq(θ_j^cur) = 0``)."""
+    return float(np.einsum("s,sa,sa->", w, softmax(th, axis=1), Aj))
+
+
+def _surrogate_sum(theta: dict, refs) -> float:
+    """``G(θ) = Σ_i L_i^seq(θ_{σ(i)})``."""
+    return sum(_block_surrogate(theta[j], w, Aj) for j, w, Aj, _ in refs)
+
+
+def _block_gradient(j, th, refs) -> np.ndarray:
+    """``∇_{θ_j} G = Σ_{i: σ(i)=j} w(s) π_θ(a|s)(A_j(s,a) − Σ_b π_θ(b|s)A_j(s,b))``."""
+    out = np.zeros_like(th)
+    for jj, w, Aj, _ in refs:
+        if jj == j:
+            p = softmax(th, axis=1)
+            out += w[:, None] * p * (Aj - np.einsum("sa,sa->s", p, Aj)[:, None])
+    return out
+
+
+def _block_ascent(theta0: dict, refs, order, eta: float, radius: float, K: int):
+    """``K`` projected block steps, blocks cyclic in ``σ``:
+    ``θ_j ← Proj_{‖θ_j − θ_j^0‖ ≤ r}(θ_j + η∇_{θ_j}G)``, gradient mapping
+    ``g_η = (θ_j^new − θ_j)/η``. Returns ``(G(θ^0), …, G(θ^K))`` and ``‖g_η(θ^{t−1})‖²`` per
+    step."""
+    theta = {j: t.copy() for j, t in theta0.items()}
+    Gs, gm_sq = [_surrogate_sum(theta, refs)], []
+    for t in range(K):
+        j = order[t % len(order)]
+        new_j = _proj_ball(theta[j] + eta * _block_gradient(j, theta[j], refs), theta0[j], radius)
+        gmap = (new_j - theta[j]) / eta
+        theta[j] = new_j
+        Gs.append(_surrogate_sum(theta, refs))
+        gm_sq.append(float(np.sum(gmap ** 2)))
+    return Gs, gm_sq
 
 
 @check("projected_gradient_convergence", "SAT Thm 4.8; TeamTR App. F.4", SECTION7,
@@ -512,51 +655,19 @@ def projected_gradient_convergence(*, quick: bool = True, seed: int = 0, mutatio
     # 1/L_blk with a wide ball (δ = 100) overshoots — the case that makes step_100x fail
     items += [(m, u, t, lab, 100.0) for m, u, t, lab in _sign_bandit_steps((0.05,))]
     for mdp, cur, tar, label, delta in items:
-        g_ = mdp.gamma
         order = tuple(range(mdp.n_agents))
-        pols = intermediate_policies(cur, tar, order)
-        refs = []
-        for i, j in enumerate(order):
-            ev = evaluate(mdp, pols[i])
-            w = np.where(mdp.active[:, j], ev.d, 0.0) / (1 - g_)
-            refs.append((j, w, marginal_advantage(mdp, pols[i], ev.A, j), ev.A_max))
-        A_max = max(r[3] for r in refs)
-        L_blk = A_max / (1 - g_) * (B2 + B1_SQ)
+        refs = _block_references(mdp, cur, tar, order)
+        L_blk = max(r[3] for r in refs) / (1 - mdp.gamma) * (B2 + B1_SQ)
         eta = (100.0 if mutation == "step_100x" else 1.0) / L_blk
-        radius = 2 * math.sqrt(delta)
         theta0 = {j: np.log(cur.factors[j]) for j in order}
-        theta = {j: t.copy() for j, t in theta0.items()}
-
-        def L_block(j, th, w, Aj):
-            return float(np.einsum("s,sa,sa->", w, softmax(th, axis=1), Aj))
-
-        def G(th, refs=refs):
-            return sum(L_block(j, th[j], w, Aj) for j, w, Aj, _ in refs)
-
-        def grad(j, th, refs=refs):
-            out = np.zeros_like(th)
-            for jj, w, Aj, _ in refs:
-                if jj == j:
-                    p = softmax(th, axis=1)
-                    out += w[:, None] * p * (Aj - np.einsum("sa,sa->s", p, Aj)[:, None])
-            return out
-
-        G0 = Gt = G(theta)
+        Gs, gm_sq = _block_ascent(theta0, refs, order, eta, 2 * math.sqrt(delta), K)
         tally.begin()
-        gm_sq = []
-        for t in range(K):
-            j = order[t % len(order)]
-            new_j = _proj_ball(theta[j] + eta * grad(j, theta[j]), theta0[j], radius)
-            gmap = (new_j - theta[j]) / eta
-            theta[j] = new_j
-            Gn = G(theta)
-            gsq = float(np.sum(gmap ** 2))
-            gm_sq.append(gsq)
+        for t, gsq in enumerate(gm_sq):
             need = (1.0 if mutation == "drop_half" else 0.5) * eta * gsq
-            tally.record(Gn - Gt - need, scale=abs(Gn) + abs(Gt), label=f"{label} block step {t}")
-            Gt = Gn
+            tally.record(Gs[t + 1] - Gs[t] - need, scale=abs(Gs[t + 1]) + abs(Gs[t]),
+                         label=f"{label} block step {t}")
         lhs = float(np.mean(gm_sq))
-        rhs = 2 * (Gt - G0) / (eta * K)
+        rhs = 2 * (Gs[-1] - Gs[0]) / (eta * K)
         tally.record(rhs - lhs, scale=rhs, label=f"{label} O(1/K) bound",
                      tightness=rhs / lhs if lhs > 0 else None)
         final_gm.append(gm_sq[-1])
