@@ -144,6 +144,180 @@ def _stage_terms(mdp, cur, tar, order):
 
 
 # ------------------------------------------------------------------ finite_sample_coverage
+#: the confidence level ``δ_conf`` of finite_sample_coverage
+COVERAGE_DELTA_CONF = 0.05
+
+
+def _coverage_cases(seed: int, quick: bool) -> list:
+    """Random stages, then the sign bandit's two-point worst case at ``γ ∈ {0.5, 0.9}`` with a
+    null step (``π_tar = π_cur``) and a small step: ``(mdp, π_cur, π_tar)`` each."""
+    cs = [(c.mdp, c.current, c.target) for c in cases(seed, 10 if quick else 60, max_states=6,
+                                                      max_agents=3, large=False)]
+    for g in (0.5, 0.9):
+        m = sign_bandit(g)
+        u = TeamPolicy.uniform(m)
+        cs.append((m, u, u))
+        cs.append((m, u, TeamPolicy((np.array([[0.55, 0.45]]),))))
+    return cs
+
+
+def _estimator_law(st: dict, kind: str, eps_w: float, g: float):
+    """The sampling law ``p(s, a)`` of one step's pairs and the value of each pair: "direct"
+    ``p = d^{i−1}(s) π̂^i(a|s)``, value ``A^{i−1}/(1−γ)``; "ratio" ``p = d^{i−1}(s) π̂^{i−1}(a|s)``,
+    value ``clip(w, 1±ε_w) A^{i−1}/(1−γ)`` with ``w = π̂^i/π̂^{i−1}``."""
+    if kind == "direct":
+        p = st["d"][:, None] * st["pi_next"]
+        val = st["A"] / (1 - g)
+    else:
+        p = st["d"][:, None] * st["pi_prev"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            w = np.where(st["pi_prev"] > 0, st["pi_next"] / st["pi_prev"], 0.0)
+        val = np.clip(w, 1 - eps_w, 1 + eps_w) * st["A"] / (1 - g)
+    p = np.clip(p.ravel(), 0, None)
+    p /= p.sum()
+    return p, val
+
+
+def _teamtr_radius(A_clip: float, eps_w: float, g: float, N: int, n: int) -> float:
+    """TeamTR's ``ε_i = B √(2 log(2n/δ_conf)/N)``, ``B = (1+ε_w)A_clip/(1−γ)``: Lemma E.8 at
+    ``δ_conf/n``."""
+    return hoeffding_epsilon((1 + eps_w) * A_clip / (1 - g), N, COVERAGE_DELTA_CONF / n)
+
+
+def _deviation_radii(A_clip: float, A_max: float, eps_w: float, g: float, N: int, n: int,
+                     mutation: str | None) -> tuple[float, float]:
+    """The checked ``ε_i`` (:func:`_teamtr_radius`; the mutations replace it by SAT's or by 0)
+    and SAT's per-step term ``A_max/(1−γ) √(log(2n/δ_conf)/(2N))``."""
+    eps = _teamtr_radius(A_clip, eps_w, g, N, n)
+    eps_sat = sat_epsilon(A_max / (1 - g), N, COVERAGE_DELTA_CONF / n)
+    if mutation == "sat_constant":
+        eps = eps_sat
+    elif mutation == "drop_hoeffding":
+        eps = 0.0
+    return eps, eps_sat
+
+
+def _sat_oracle_envelope(st: dict, g: float, N: int) -> float:
+    """SAT's sampled oracle envelope ``A_max/(1−γ) (√(2δ^max) + √(log(2/δ_conf)/(2N)))``."""
+    return st["A_max"] / (1 - g) * (math.sqrt(2 * st["delta_max"])
+                                    + math.sqrt(math.log(2 / COVERAGE_DELTA_CONF) / (2 * N)))
+
+
+def _sample_surrogates(rng, steps: list, kind: str, N: int, R: int, eps_w: float, A_max: float,
+                       A_clip: float, g: float, mutation: str | None):
+    """``R`` draws of every step's ``L̂_i`` (``N`` pairs from :func:`_estimator_law`) and, per
+    draw, the events ``∃i: |L̂_i − E L̂_i| > ε_i`` (TeamTR's and SAT's ``ε_i``) and
+    ``∃i: L̂_i >`` SAT's envelope. Returns ``(L̂ (R, n), deviation, SAT deviation, SAT envelope)``."""
+    n = len(steps)
+    eps, eps_sat = _deviation_radii(A_clip, A_max, eps_w, g, N, n, mutation)
+    Lhat = np.zeros((R, n))
+    dev = np.zeros(R, dtype=bool)
+    sat_dev = np.zeros(R, dtype=bool)
+    sat_env = np.zeros(R, dtype=bool)
+    for i, st in enumerate(steps):
+        p, val = _estimator_law(st, kind, eps_w, g)
+        counts = rng.multinomial(N, p, size=R)  # (R, S·K)
+        Lhat[:, i] = counts @ val.ravel() / N
+        mean = float(p @ val.ravel())
+        dev |= np.abs(Lhat[:, i] - mean) > eps
+        sat_dev |= np.abs(Lhat[:, i] - mean) > eps_sat
+        sat_env |= Lhat[:, i] > _sat_oracle_envelope(st, g, N)
+    return Lhat, dev, sat_dev, sat_env
+
+
+def _certificate_constant(deltas: np.ndarray, N: int, g: float, A_max: float, A_clip: float,
+                          eps_w: float, mutation: str | None) -> float:
+    """The empirical stage bound of Thm E.10 at ``L̂ = 0`` (added to ``Σ L̂_i``); the mutations
+    swap its sampling term ``Σ_i ε_i`` for SAT's finite-sample term or drop it."""
+    n = len(deltas)
+    const = empirical_stage_bound(np.zeros(n), deltas, N, gamma=g, A_max=A_max, A_clip=A_clip,
+                                  eps_w=eps_w, delta_conf=COVERAGE_DELTA_CONF)
+    eps = _teamtr_radius(A_clip, eps_w, g, N, n)
+    if mutation == "sat_constant":
+        const += (sum([eps] * n)
+                  - sat_finite_sample_term([N] * n, gamma=g, A_max=A_max,
+                                           delta_conf=COVERAGE_DELTA_CONF))
+    elif mutation == "drop_hoeffding":
+        const += n * eps
+    return const
+
+
+def _sat_stage_bound(Lhat: np.ndarray, steps: list, N: int, g: float, A_max: float) -> np.ndarray:
+    """SAT's empirical stage certificate per draw: ``Σ L̂_i − c Σ √δ_i^max`` minus SAT's
+    finite-sample term ``Σ_i A_max/(1−γ) √(log(2n/δ_conf)/(2N))``."""
+    c = penalty_constant(g, A_max)
+    return (Lhat.sum(axis=1) - c * np.sqrt([s["delta_max"] for s in steps]).sum()
+            - sat_finite_sample_term([N] * len(steps), gamma=g, A_max=A_max,
+                                     delta_conf=COVERAGE_DELTA_CONF))
+
+
+def _coverage_case(rng, mdp, cur, tar, kind: str, R: int, mutation: str | None):
+    """One case's label and its ``R`` miss indicators: TeamTR's ``deviation`` and
+    ``certificate`` (``J(π̄) − J(π_cur) < Σ L̂_i +`` :func:`_certificate_constant`), and SAT's
+    ``sat_deviation``, ``sat_certificate`` and ``sat_envelope``."""
+    n, g = mdp.n_agents, mdp.gamma
+    steps, J0, J1 = _stage_terms(mdp, cur, tar, tuple(range(n)))
+    true_gain = J1 - J0
+    eps_w = 0.2 if kind == "ratio" else 0.0
+    N = int(rng.choice([20, 100, 400]))
+    A_max = max(s["A_max"] for s in steps)
+    A_clip = A_max
+    Lhat, dev, sat_dev, sat_env = _sample_surrogates(rng, steps, kind, N, R, eps_w, A_max, A_clip,
+                                                     g, mutation)
+    const = _certificate_constant(np.array([s["delta"] for s in steps]), N, g, A_max, A_clip,
+                                  eps_w, mutation)
+    roundoff = TOL * (1 + abs(true_gain))
+    misses = dict(deviation=dev, certificate=true_gain < Lhat.sum(axis=1) + const - roundoff,
+                  sat_deviation=sat_dev,
+                  sat_certificate=true_gain < _sat_stage_bound(Lhat, steps, N, g, A_max) - roundoff,
+                  sat_envelope=sat_env)
+    return f"{mdp.name} n={n} γ={g:g} {kind} N={N}", misses
+
+
+def _miss_verdict(worst: tuple, R: int, thresh: int) -> str:
+    """SAT's constant judged by the same rule as TeamTR's: misses above ``thresh`` fail."""
+    return (f"{worst[2]}/{R} misses (rate {worst[1]:.3f}) on {worst[0]}, "
+            + ("within" if worst[2] <= thresh else "ABOVE") + f" the threshold {thresh}")
+
+
+def _sign_bandit_finding() -> str:
+    """Exact ``Pr(|L̂ − L| > ε)`` on the sign bandit at SAT's and TeamTR's ``ε`` (n = 1)."""
+    dc = COVERAGE_DELTA_CONF
+    exact = {N: sign_bandit_miss_probability(N, math.sqrt(math.log(2 / dc) / (2 * N)))
+             for N in (20, 100, 400, 10_000)}
+    exact_tr = {N: sign_bandit_miss_probability(N, math.sqrt(2 * math.log(2 / dc) / N))
+                for N in (20, 100, 400, 10_000)}
+    return ("sign bandit (A = ±1 uniformly, n = 1), exact binomial Pr(|L̂−L| > ε) with δ_conf = "
+            f"{dc}: SAT's ε " + ", ".join(f"N={N}: {p:.3f}" for N, p in exact.items())
+            + "; TeamTR's ε " + ", ".join(f"N={N}: {p:.4f}" for N, p in exact_tr.items()))
+
+
+def _coverage_findings(R: int, thresh: int, rates: dict, sat: dict) -> list[str]:
+    """``rates``: TeamTR's per-case miss rates; ``sat``: ``(label, rate, count)`` of SAT's
+    events on the direct-estimator cases."""
+    worst = {what: max(rows, key=lambda t: t[1]) for what, rows in sat.items()}
+    random_dev = [m for lab, m, _ in sat["sat_deviation"] if not lab.startswith("sign-bandit")]
+    sat_holds = worst["sat_deviation"][2] <= thresh
+    return [
+        _sign_bandit_finding(),
+        f"δ_conf={COVERAGE_DELTA_CONF}, R={R} repetitions per case, violation if misses > {thresh} "
+        f"(Binomial(R, δ_conf) 1−1e-6 quantile); min_slack = that threshold minus the largest "
+        "miss count",
+        f"TeamTR (range 2B) miss rate per case: deviation {_q(rates['deviation'])}; "
+        f"Thm E.10 certificate {_q(rates['certificate'])}",
+        "SAT's constant (range B for values spanning 2B) "
+        + ("holds" if sat_holds else "does NOT hold") + ": worst deviation "
+        + _miss_verdict(worst["sat_deviation"], R, thresh) + " that TeamTR's constant is held to",
+        f"SAT's constant on the random-MDP cases (direct estimator): deviation miss rates "
+        f"{_q(random_dev)} — advantages there are far from the two-point worst case",
+        "SAT's empirical stage certificate (δ^max penalty + SAT finite-sample term): worst "
+        + _miss_verdict(worst["sat_certificate"], R, thresh)
+        + " (population slack hides the constant unless the step is null)",
+        "SAT's sampled oracle envelope L̂_i ≤ A_max/(1−γ)(√(2δ^max)+√(log(2/δ)/(2N))): worst "
+        + _miss_verdict(worst["sat_envelope"], R, thresh),
+    ]
+
+
 @check("finite_sample_coverage",
        "TeamTR Lemma E.8, Cor. E.9, Thm E.10; SAT Thm 4.9",
        SECTION, mutations=("sat_constant", "drop_hoeffding"))
@@ -164,120 +338,23 @@ def finite_sample_coverage(*, quick: bool = True, seed: int = 0, mutation: str |
     ``drop_hoeffding`` drops the sampling term.
     """
     rng = np.random.default_rng([seed, 6001])
-    delta_conf = 0.05
     R = 2000 if quick else 10000
-    cs = [(c.mdp, c.current, c.target) for c in cases(seed, 10 if quick else 60, max_states=6,
-                                                      max_agents=3, large=False)]
-    # the two-point worst case, null step (π_tar = π_cur) and a small step
-    for g in (0.5, 0.9):
-        m = sign_bandit(g)
-        u = TeamPolicy.uniform(m)
-        cs.append((m, u, u))
-        cs.append((m, u, TeamPolicy((np.array([[0.55, 0.45]]),))))
     tally = Tally("finite_sample_coverage")
-    thresh = int(binom.ppf(1 - 1e-6, R, delta_conf))
-    miss_dev, miss_cert, miss_sat_dev, miss_sat_cert, miss_sat_env = [], [], [], [], []
-    for k, (mdp, cur, tar) in enumerate(cs):
-        n, g = mdp.n_agents, mdp.gamma
-        order = tuple(range(n))
-        steps, J0, J1 = _stage_terms(mdp, cur, tar, order)
-        true_gain = J1 - J0
+    thresh = int(binom.ppf(1 - 1e-6, R, COVERAGE_DELTA_CONF))
+    rates = dict(deviation=[], certificate=[])
+    sat = dict(sat_deviation=[], sat_certificate=[], sat_envelope=[])
+    for k, (mdp, cur, tar) in enumerate(_coverage_cases(seed, quick)):
         kind = "ratio" if k % 2 else "direct"
-        eps_w = 0.2 if kind == "ratio" else 0.0
-        N = int(rng.choice([20, 100, 400]))
-        A_max = max(s["A_max"] for s in steps)
-        A_clip = A_max
-        Lhat = np.zeros((R, n))
-        dev = np.zeros(R, dtype=bool)
-        sat_dev = np.zeros(R, dtype=bool)
-        sat_env = np.zeros(R, dtype=bool)
-        for i, st in enumerate(steps):
-            S, K = st["A"].shape
-            if kind == "direct":
-                p = st["d"][:, None] * st["pi_next"]
-                val = st["A"] / (1 - g)
-            else:
-                p = st["d"][:, None] * st["pi_prev"]
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    w = np.where(st["pi_prev"] > 0, st["pi_next"] / st["pi_prev"], 0.0)
-                val = np.clip(w, 1 - eps_w, 1 + eps_w) * st["A"] / (1 - g)
-            p = np.clip(p.ravel(), 0, None)
-            p /= p.sum()
-            counts = rng.multinomial(N, p, size=R)  # (R, S·K)
-            Lhat[:, i] = counts @ val.ravel() / N
-            mean = float(p @ val.ravel())
-            B = (1 + eps_w) * A_clip / (1 - g)
-            eps = hoeffding_epsilon(B, N, delta_conf / n)
-            eps_sat = sat_epsilon(A_max / (1 - g), N, delta_conf / n)  # SAT per-step term
-            if mutation == "sat_constant":
-                eps = eps_sat
-            elif mutation == "drop_hoeffding":
-                eps = 0.0
-            dev |= np.abs(Lhat[:, i] - mean) > eps
-            sat_dev |= np.abs(Lhat[:, i] - mean) > eps_sat
-            # SAT's sampled oracle envelope: L̂_i ≤ A_max/(1−γ)(√(2δ^max) + √(log(2/δ)/(2N)))
-            env = st["A_max"] / (1 - g) * (math.sqrt(2 * st["delta_max"])
-                                           + math.sqrt(math.log(2 / delta_conf) / (2 * N)))
-            sat_env |= Lhat[:, i] > env
-        deltas = np.array([s["delta"] for s in steps])
-        const = empirical_stage_bound(np.zeros(n), deltas, N, gamma=g, A_max=A_max, A_clip=A_clip,
-                                      eps_w=eps_w, delta_conf=delta_conf)
-        if mutation == "sat_constant":
-            const += (sum(hoeffding_epsilon((1 + eps_w) * A_clip / (1 - g), N, delta_conf / n)
-                          for _ in steps)
-                      - sat_finite_sample_term([N] * n, gamma=g, A_max=A_max, delta_conf=delta_conf))
-        elif mutation == "drop_hoeffding":
-            const += n * hoeffding_epsilon((1 + eps_w) * A_clip / (1 - g), N, delta_conf / n)
-        cert_miss = true_gain < Lhat.sum(axis=1) + const - TOL * (1 + abs(true_gain))
-        c = penalty_constant(g, A_max)
-        sat_lb = (Lhat.sum(axis=1) - c * np.sqrt([s["delta_max"] for s in steps]).sum()
-                  - sat_finite_sample_term([N] * n, gamma=g, A_max=A_max, delta_conf=delta_conf))
-        sat_cert_miss = true_gain < sat_lb - TOL * (1 + abs(true_gain))
-        label = f"{mdp.name} n={n} γ={g:g} {kind} N={N}"
+        label, misses = _coverage_case(rng, mdp, cur, tar, kind, R, mutation)
         tally.begin()
-        for cnt, what in ((dev.sum(), "deviation"), (cert_miss.sum(), "certificate")):
-            tally.record(thresh - int(cnt), label=f"{label} {what} misses {int(cnt)}/{R}",
-                         tightness=None)
-        miss_dev.append(dev.mean())
-        miss_cert.append(cert_miss.mean())
+        for what, rows in rates.items():
+            cnt = int(misses[what].sum())
+            tally.record(thresh - cnt, label=f"{label} {what} misses {cnt}/{R}", tightness=None)
+            rows.append(misses[what].mean())
         if kind == "direct":
-            miss_sat_dev.append((label, sat_dev.mean(), int(sat_dev.sum())))
-            miss_sat_cert.append((label, sat_cert_miss.mean(), int(sat_cert_miss.sum())))
-            miss_sat_env.append((label, sat_env.mean(), int(sat_env.sum())))
-    worst_dev = max(miss_sat_dev, key=lambda t: t[1])
-    random_dev = [m for lab, m, _ in miss_sat_dev if not lab.startswith("sign-bandit")]
-    worst_cert = max(miss_sat_cert, key=lambda t: t[1])
-    worst_env = max(miss_sat_env, key=lambda t: t[1])
-
-    def verdict(worst) -> str:
-        # SAT's constant is judged by the same rule as TeamTR's: misses above `thresh` fail
-        return (f"{worst[2]}/{R} misses (rate {worst[1]:.3f}) on {worst[0]}, "
-                + ("within" if worst[2] <= thresh else "ABOVE") + f" the threshold {thresh}")
-
-    sat_holds = worst_dev[2] <= thresh
-    exact = {N: sign_bandit_miss_probability(N, math.sqrt(math.log(2 / delta_conf) / (2 * N)))
-             for N in (20, 100, 400, 10_000)}
-    exact_tr = {N: sign_bandit_miss_probability(N, math.sqrt(2 * math.log(2 / delta_conf) / N))
-                for N in (20, 100, 400, 10_000)}
-    tally.findings += [
-        "sign bandit (A = ±1 uniformly, n = 1), exact binomial Pr(|L̂−L| > ε) with δ_conf = "
-        f"{delta_conf}: SAT's ε " + ", ".join(f"N={N}: {p:.3f}" for N, p in exact.items())
-        + "; TeamTR's ε " + ", ".join(f"N={N}: {p:.4f}" for N, p in exact_tr.items()),
-        f"δ_conf={delta_conf}, R={R} repetitions per case, violation if misses > {thresh} "
-        f"(Binomial(R, δ_conf) 1−1e-6 quantile); min_slack = that threshold minus the largest "
-        "miss count",
-        f"TeamTR (range 2B) miss rate per case: deviation {_q(miss_dev)}; "
-        f"Thm E.10 certificate {_q(miss_cert)}",
-        "SAT's constant (range B for values spanning 2B) "
-        + ("holds" if sat_holds else "does NOT hold") + ": worst deviation " + verdict(worst_dev)
-        + " that TeamTR's constant is held to",
-        f"SAT's constant on the random-MDP cases (direct estimator): deviation miss rates "
-        f"{_q(random_dev)} — advantages there are far from the two-point worst case",
-        "SAT's empirical stage certificate (δ^max penalty + SAT finite-sample term): worst "
-        + verdict(worst_cert) + " (population slack hides the constant unless the step is null)",
-        "SAT's sampled oracle envelope L̂_i ≤ A_max/(1−γ)(√(2δ^max)+√(log(2/δ)/(2N))): worst "
-        + verdict(worst_env),
-    ]
+            for what, rows in sat.items():
+                rows.append((label, misses[what].mean(), int(misses[what].sum())))
+    tally.findings += _coverage_findings(R, thresh, rates, sat)
     return tally.result()
 
 
@@ -320,6 +397,115 @@ def ks_statistic(u: np.ndarray) -> np.ndarray:
 DKW_LEVEL = 0.5
 
 
+def _dkw_radius(N: int, eta: float, mutation: str | None) -> float:
+    """``dkw_epsilon(N, η) = √(log(2/η)/(2N))``; the ``dkw_missing_2`` mutation ``√(log(2/η)/N)``."""
+    return math.sqrt(math.log(2 / eta) / N) if mutation == "dkw_missing_2" else dkw_epsilon(N, eta)
+
+
+def _hoeffding_radius(B: float, N: int, eta: float, mutation: str | None) -> float:
+    """``hoeffding_epsilon(B, N, η) = B √(2 log(2/η)/N)``; the ``hoeffding_missing_2`` mutation
+    ``B √(log(2/η)/N)``."""
+    return (B * math.sqrt(math.log(2 / eta) / N) if mutation == "hoeffding_missing_2"
+            else hoeffding_epsilon(B, N, eta))
+
+
+def _dkw_level(tally: Tally, rng, N: int, eta: float, mutation: str | None) -> str:
+    """``DKW_LEVEL·η ≤ Pr(D_N > ε) ≤ η`` at ``ε = dkw_epsilon(N, η)``, exactly (``kstwo``) and on
+    ``R`` simulated ``D_N`` (``R`` separates ``ε`` from the one without its 2); returns the row."""
+    eps = _dkw_radius(N, eta, mutation)
+    p = float(kstwo.sf(eps, N))
+    p_no2 = float(kstwo.sf(math.sqrt(math.log(2 / eta) / N), N))
+    R, t_lo = draws_to_separate(DKW_LEVEL * eta, p_no2, above=False)
+    t_hi = int(binom.ppf(1 - FALSE_ALARM, R, eta))
+    misses = int((ks_statistic(rng.random((R, N))) > eps).sum())
+    lab = f"DKW N={N} η={eta:g}"
+    tally.begin()
+    tally.record(eta - p, scale=eta, label=f"{lab}: exact Pr(D_N > ε) {p:.4g} > η")
+    tally.record(p - DKW_LEVEL * eta, scale=eta,
+                 label=f"{lab}: exact Pr(D_N > ε) {p:.4g} < {DKW_LEVEL}η (ε too large)")
+    tally.record(t_hi - misses, label=f"{lab}: {misses}/{R} simulated misses > {t_hi}", main=False)
+    tally.record(misses - t_lo, label=f"{lab}: {misses}/{R} simulated misses < {t_lo}", main=False)
+    return (f"N={N} η={eta:g}: exact {p / eta:.3f}η (without the 2: {p_no2 / eta:.3f}η), "
+            f"{misses}/{R} simulated (R from the separation, window [{t_lo}, {t_hi}])")
+
+
+def _hoeffding_level(tally: Tally, rng, B: float, N: int, eta: float, mutation: str | None) -> str:
+    """``Pr(|L̂ − L| > ε) ≤ η`` at ``ε = hoeffding_epsilon(B, N, η)`` on the two-point law ``±B``
+    (``L̂ = B(2X/N − 1)``, ``X ∼ Bin(N, ½)``, ``L = 0``), exactly and on ``R`` simulated draws,
+    and at ``ε = sat_epsilon(B, N, η)`` on the law ``{0, B}`` (``L̂ = BX/N``, ``L = B/2``: values
+    in a range of length ``B``, SAT's); returns the row."""
+    k = np.arange(N + 1)
+    pmf = binom.pmf(k, N, 0.5)
+    dev = B * np.abs(2 * k / N - 1)  # |L̂ − 0| for L̂ = B(2X/N − 1)
+    eps = _hoeffding_radius(B, N, eta, mutation)
+    p = float(pmf[dev > eps * (1 + 1e-12)].sum())
+    p_no2 = float(pmf[dev > B * math.sqrt(math.log(2 / eta) / N) * (1 + 1e-12)].sum())
+    R, t_hi = draws_to_separate(eta, max(p_no2, 1.5 * eta), above=True)
+    X = rng.binomial(N, 0.5, size=R)
+    misses = int((B * np.abs(2 * X / N - 1) > eps * (1 + 1e-12)).sum())
+    lab = f"Hoeffding ±B N={N} η={eta:g}"
+    tally.begin()
+    tally.record(eta - p, scale=eta, label=f"{lab}: exact Pr(|L̂−L| > ε) {p:.4g} > η")
+    tally.record(t_hi - misses, label=f"{lab}: {misses}/{R} simulated misses > {t_hi}", main=False)
+    # the sat_range_2B mutation applies SAT's ε to ±B (range 2B)
+    dev_sat = dev if mutation == "sat_range_2B" else np.abs(B * k / N - B / 2)
+    p_sat = float(pmf[dev_sat > sat_epsilon(B, N, eta) * (1 + 1e-12)].sum())
+    tally.record(eta - p_sat, scale=eta, label=f"SAT range-B N={N} η={eta:g}: exact {p_sat:.4g} > η")
+    return f"N={N} η={eta:g}: {p / eta:.3f}η (without the 2 {p_no2 / eta:.2f}η; R={R})"
+
+
+def _ratio_clipping_tightness(tally: Tally, A_clip: float, t: float, mutation: str | None) -> str:
+    """``bias ≤ ratio_clipping_term(A_clip, KL) ≤ bias·(1 + 2t²)`` on ``P = (½, ½)``,
+    ``Q = (½+t, ½−t)``, ``A = A_clip sign(w − 1)``, ``ε_w = 0``: the exact bias is ``2 A_clip t``
+    and ``KL = −½ log(1 − 4t²)``; returns the row."""
+    P, Q = np.array([0.5, 0.5]), np.array([0.5 + t, 0.5 - t])
+    w = Q / P
+    bias = abs(float(P @ (w * A_clip * np.sign(w - 1))) - float(P @ (A_clip * np.sign(w - 1))))
+    kl = -0.5 * math.log1p(-4 * t * t)
+    term = (A_clip * math.sqrt(kl / 2) if mutation == "clip_sqrt_half"
+            else float(ratio_clipping_term(A_clip, kl)))
+    tally.begin()
+    tally.record(term - bias, scale=bias, label=f"ratio clipping t={t:g}: term {term:.6g} < bias {bias:.6g}")
+    tally.record(bias * (1 + 2 * t * t) - term, scale=bias,
+                 label=f"ratio clipping t={t:g}: term {term:.6g} > bias·(1+2t²) {bias * (1 + 2 * t * t):.6g}")
+    return f"t={t:g}: {term / bias:.6f}"
+
+
+def _stage_bound_formula(L, delta, N, zeta, g, A_max, A_clip, eps_w, dc, union) -> float:
+    """Thm E.10 written out: ``Σ L_i − c Σ √δ_i − Σ ζ_i/(1−γ) − Σ_i B √(2 log(2u/δ_conf)/N_i)
+    − Σ_i A_clip/(1−γ) √(2δ_i)``, ``c = √2 γ A_max/(1−γ)²``, ``B = (1+ε_w)A_clip/(1−γ)``, union
+    bound ``u = n``."""
+    c = math.sqrt(2) * g * A_max / (1 - g) ** 2
+    B = (1 + eps_w) * A_clip / (1 - g)
+    return (L.sum() - c * np.sqrt(delta).sum() - zeta.sum() / (1 - g)
+            - sum(B * math.sqrt(2 * math.log(2 * union / dc) / k) for k in N)
+            - sum(A_clip / (1 - g) * math.sqrt(2 * d) for d in delta))
+
+
+def _certificate_formulas(tally: Tally, rng, mutation: str | None) -> float:
+    """``empirical_stage_bound`` against :func:`_stage_bound_formula` and
+    ``sat_finite_sample_term`` against ``Σ_i A_max/(1−γ) √(log(2u/δ_conf)/(2N_i))`` on one
+    random input, to ``GROUP_TOL`` (``union_bound_dropped``: ``u = 1``); returns the relative
+    difference."""
+    n = int(rng.integers(1, 5))
+    g = float(rng.choice([0.5, 0.9, 0.99]))
+    L, delta = rng.normal(size=n), rng.uniform(0, 0.1, size=n)
+    N, zeta = rng.integers(1, 1000, size=n), rng.uniform(0, 0.1, size=n)
+    A_max, A_clip, eps_w = (float(x) for x in rng.uniform(0.1, 3.0, size=3))
+    dc = float(rng.choice([0.01, 0.05, 0.2]))
+    union = 1 if mutation == "union_bound_dropped" else n
+    want = _stage_bound_formula(L, delta, N, zeta, g, A_max, A_clip, eps_w, dc, union)
+    got = empirical_stage_bound(L, delta, N, gamma=g, A_max=A_max, A_clip=A_clip, eps_w=eps_w,
+                                delta_conf=dc, zeta=zeta)
+    want_sat = sum(A_max / (1 - g) * math.sqrt(math.log(2 * union / dc) / (2 * k)) for k in N)
+    got_sat = sat_finite_sample_term(N, gamma=g, A_max=A_max, delta_conf=dc)
+    err = max(abs(got - want) / (1 + abs(want)), abs(got_sat - want_sat) / (1 + abs(want_sat)))
+    tally.begin()
+    tally.record(GROUP_TOL - err, label=f"n={n} γ={g:g} N={N.tolist()}: empirical certificate "
+                 f"{got:.10g} / SAT term {got_sat:.10g} differ from the formulas by {err:.3g}")
+    return err
+
+
 @check("estimator_constants",
        "Massart's DKW (SAT probe-set relaxation); TeamTR Lemma E.8 (Hoeffding), Cor. E.9; SAT Thm 4.9",
        SECTION, mutations=("dkw_missing_2", "hoeffding_missing_2", "sat_range_2B", "clip_sqrt_half",
@@ -349,96 +535,14 @@ def estimator_constants(*, quick: bool = True, seed: int = 0, mutation: str | No
     """
     rng = np.random.default_rng([seed, 6008])
     tally = Tally("estimator_constants")
-    rows = []
-
-    def dkw(N, eta):
-        return math.sqrt(math.log(2 / eta) / N) if mutation == "dkw_missing_2" else dkw_epsilon(N, eta)
-
-    def hoeff(B, N, eta):
-        return (B * math.sqrt(math.log(2 / eta) / N) if mutation == "hoeffding_missing_2"
-                else hoeffding_epsilon(B, N, eta))
-
-    # --- DKW
-    for N in ((20, 100) if quick else (20, 100, 500)):
-        for eta in (0.05, 0.01):
-            eps = dkw(N, eta)
-            p = float(kstwo.sf(eps, N))
-            p_no2 = float(kstwo.sf(math.sqrt(math.log(2 / eta) / N), N))
-            R, t_lo = draws_to_separate(DKW_LEVEL * eta, p_no2, above=False)
-            t_hi = int(binom.ppf(1 - FALSE_ALARM, R, eta))
-            misses = int((ks_statistic(rng.random((R, N))) > eps).sum())
-            lab = f"DKW N={N} η={eta:g}"
-            tally.begin()
-            tally.record(eta - p, scale=eta, label=f"{lab}: exact Pr(D_N > ε) {p:.4g} > η")
-            tally.record(p - DKW_LEVEL * eta, scale=eta,
-                         label=f"{lab}: exact Pr(D_N > ε) {p:.4g} < {DKW_LEVEL}η (ε too large)")
-            tally.record(t_hi - misses, label=f"{lab}: {misses}/{R} simulated misses > {t_hi}", main=False)
-            tally.record(misses - t_lo, label=f"{lab}: {misses}/{R} simulated misses < {t_lo}", main=False)
-            rows.append(f"N={N} η={eta:g}: exact {p / eta:.3f}η (without the 2: {p_no2 / eta:.3f}η), "
-                        f"{misses}/{R} simulated (R from the separation, window [{t_lo}, {t_hi}])")
-    # --- Hoeffding (range 2B) and SAT's range-B form
-    B = 1.7
-    hrows = []
-    for N in ((20, 100, 400) if quick else (20, 100, 400, 2000)):
-        for eta in (1e-2, 1e-3):
-            k = np.arange(N + 1)
-            pmf = binom.pmf(k, N, 0.5)
-            dev = B * np.abs(2 * k / N - 1)  # |L̂ − 0| for L̂ = B(2X/N − 1)
-            eps = hoeff(B, N, eta)
-            p = float(pmf[dev > eps * (1 + 1e-12)].sum())
-            p_no2 = float(pmf[dev > B * math.sqrt(math.log(2 / eta) / N) * (1 + 1e-12)].sum())
-            R, t_hi = draws_to_separate(eta, max(p_no2, 1.5 * eta), above=True)
-            X = rng.binomial(N, 0.5, size=R)
-            misses = int((B * np.abs(2 * X / N - 1) > eps * (1 + 1e-12)).sum())
-            lab = f"Hoeffding ±B N={N} η={eta:g}"
-            tally.begin()
-            tally.record(eta - p, scale=eta, label=f"{lab}: exact Pr(|L̂−L| > ε) {p:.4g} > η")
-            tally.record(t_hi - misses, label=f"{lab}: {misses}/{R} simulated misses > {t_hi}", main=False)
-            # SAT's ε is Hoeffding for values in a range of length B: the law {0, B}
-            # (L̂ = B X/N, mean B/2); the mutation applies it to ±B (range 2B)
-            dev_sat = dev if mutation == "sat_range_2B" else np.abs(B * k / N - B / 2)
-            p_sat = float(pmf[dev_sat > sat_epsilon(B, N, eta) * (1 + 1e-12)].sum())
-            tally.record(eta - p_sat, scale=eta, label=f"SAT range-B N={N} η={eta:g}: exact {p_sat:.4g} > η")
-            hrows.append(f"N={N} η={eta:g}: {p / eta:.3f}η (without the 2 {p_no2 / eta:.2f}η; R={R})")
-    # --- ratio clipping, closed form
-    crow = []
-    A_clip = 2.5
-    for t in (1e-3, 1e-2, 0.1, 0.3):
-        P, Q = np.array([0.5, 0.5]), np.array([0.5 + t, 0.5 - t])
-        w = Q / P
-        bias = abs(float(P @ (w * A_clip * np.sign(w - 1))) - float(P @ (A_clip * np.sign(w - 1))))
-        kl = -0.5 * math.log1p(-4 * t * t)
-        term = (A_clip * math.sqrt(kl / 2) if mutation == "clip_sqrt_half"
-                else float(ratio_clipping_term(A_clip, kl)))
-        tally.begin()
-        tally.record(term - bias, scale=bias, label=f"ratio clipping t={t:g}: term {term:.6g} < bias {bias:.6g}")
-        tally.record(bias * (1 + 2 * t * t) - term, scale=bias,
-                     label=f"ratio clipping t={t:g}: term {term:.6g} > bias·(1+2t²) {bias * (1 + 2 * t * t):.6g}")
-        crow.append(f"t={t:g}: {term / bias:.6f}")
-    # --- the sampled certificates against their formulas
+    rows = [_dkw_level(tally, rng, N, eta, mutation)
+            for N in ((20, 100) if quick else (20, 100, 500)) for eta in (0.05, 0.01)]
+    hrows = [_hoeffding_level(tally, rng, 1.7, N, eta, mutation)
+             for N in ((20, 100, 400) if quick else (20, 100, 400, 2000)) for eta in (1e-2, 1e-3)]
+    crow = [_ratio_clipping_tightness(tally, 2.5, t, mutation) for t in (1e-3, 1e-2, 0.1, 0.3)]
     worst = 0.0
     for _ in range(20 if quick else 100):
-        n = int(rng.integers(1, 5))
-        g = float(rng.choice([0.5, 0.9, 0.99]))
-        L, delta = rng.normal(size=n), rng.uniform(0, 0.1, size=n)
-        N, zeta = rng.integers(1, 1000, size=n), rng.uniform(0, 0.1, size=n)
-        A_max, A_clip, eps_w = (float(x) for x in rng.uniform(0.1, 3.0, size=3))
-        dc = float(rng.choice([0.01, 0.05, 0.2]))
-        union = 1 if mutation == "union_bound_dropped" else n
-        c = math.sqrt(2) * g * A_max / (1 - g) ** 2
-        B = (1 + eps_w) * A_clip / (1 - g)
-        want = (L.sum() - c * np.sqrt(delta).sum() - zeta.sum() / (1 - g)
-                - sum(B * math.sqrt(2 * math.log(2 * union / dc) / k) for k in N)
-                - sum(A_clip / (1 - g) * math.sqrt(2 * d) for d in delta))
-        got = empirical_stage_bound(L, delta, N, gamma=g, A_max=A_max, A_clip=A_clip, eps_w=eps_w,
-                                    delta_conf=dc, zeta=zeta)
-        want_sat = sum(A_max / (1 - g) * math.sqrt(math.log(2 * union / dc) / (2 * k)) for k in N)
-        got_sat = sat_finite_sample_term(N, gamma=g, A_max=A_max, delta_conf=dc)
-        err = max(abs(got - want) / (1 + abs(want)), abs(got_sat - want_sat) / (1 + abs(want_sat)))
-        worst = max(worst, err)
-        tally.begin()
-        tally.record(GROUP_TOL - err, label=f"n={n} γ={g:g} N={N.tolist()}: empirical certificate "
-                     f"{got:.10g} / SAT term {got_sat:.10g} differ from the formulas by {err:.3g}")
+        worst = max(worst, _certificate_formulas(tally, rng, mutation))
     return tally.result([
         "DKW " + "; ".join(rows),
         "Hoeffding on ±B (exact binomial): " + "; ".join(hrows),
@@ -844,6 +948,85 @@ def kl_chain_rule(*, quick: bool = True, seed: int = 0, mutation: str | None = N
 
 
 # ------------------------------------------------------------------ importance_weight_ess
+def _reuse_case(rng, k: int) -> dict:
+    """Case ``k``: a random team (layout ``("turn", "simultaneous", "masked")[k % 3]``), a small
+    step of max-KL ``radius`` per agent, its intermediate policies ``π̂^0 … π̂^n`` and the
+    horizon (``None``, geometric termination, for odd ``k``)."""
+    layout = ("turn", "simultaneous", "masked")[k % 3]
+    n = int(rng.choice([2, 3]))
+    g = float(rng.choice([0.5, 0.8]))
+    mdp = random_mdp(int(rng.integers(2, 6)), n, 2, layout=layout, gamma=g,
+                     seed=int(rng.integers(2**31)))
+    cur = random_policy(mdp, rng, temperature=1.0)
+    radius = float(rng.choice([0.01, 0.05, 0.2]))
+    tar = small_step_target(mdp, cur, rng, radius)
+    pols = intermediate_policies(cur, tar, tuple(range(n)))
+    horizon = None if k % 2 else int(rng.integers(3, 9))
+    return dict(mdp=mdp, layout=layout, n=n, g=g, radius=radius, pols=pols, horizon=horizon)
+
+
+def _weight_moments(case: dict, mutation: str | None):
+    """Exact ``E w``, ``E w²``, ``E w⁴`` of the last step's weight (``i = n``: ``U_{n−1}`` has
+    ``n − 1`` agents, behaviour ``π̂^0``, target ``π̂^{n−1}``) and the claimed ``E w²`` (the
+    mutations': ``E w``, or ``E w²`` with target ``π̂^n``); ``None`` where ``E w⁴ = ∞`` or
+    ``E w⁴/(E w²)² > 1e3`` (too heavy-tailed for a CLT test with this ``B``)."""
+    mdp, pols, horizon = case["mdp"], case["pols"], case["horizon"]
+    i = case["n"]
+    behavior, target = pols[0], pols[i - 1]
+    m4 = trajectory_weight_moment(mdp, behavior, target, 4, horizon=horizon)
+    if not np.isfinite(m4):
+        return None
+    m1 = trajectory_weight_moment(mdp, behavior, target, 1, horizon=horizon)
+    m2 = trajectory_weight_moment(mdp, behavior, target, 2, horizon=horizon)
+    if m4 / m2 ** 2 > 1e3:
+        return None
+    claim2 = m2
+    if mutation == "first_moment":
+        claim2 = m1
+    elif mutation == "include_current_agent":
+        claim2 = trajectory_weight_moment(mdp, behavior, pols[i], 2, horizon=horizon)
+    return m1, m2, m4, claim2
+
+
+def _record_weights(tally: Tally, case: dict, moments: tuple, w: np.ndarray,
+                    B: int) -> tuple[float, str]:
+    """``E w = 1`` and ``z = (mean w² − E w²)/√((E w⁴ − (E w²)²)/B)`` within ±5 for ``B``
+    sampled weights ``w``; returns ``z`` and the case's exact and sampled ``ESS/B``."""
+    m1, m2, m4, claim2 = moments
+    se = math.sqrt(max(m4 - m2 ** 2, 0.0) / B)
+    z = (float((w ** 2).mean()) - claim2) / se if se > 0 else 0.0
+    mdp, n, radius, horizon = case["mdp"], case["n"], case["radius"], case["horizon"]
+    label = f"{mdp.name} S={mdp.n_states} n={n} γ={case['g']:g} H={horizon} radius={radius:g}"
+    tally.begin()
+    tally.record(-abs(m1 - 1.0), label=label + " E w = 1", main=False)
+    tally.record(5.0 - abs(z), label=label + f" E w² exact {claim2:.4g} vs MC {(w ** 2).mean():.4g}")
+    ess_mc = float(w.sum() ** 2 / (w ** 2).sum() / B)
+    return z, (f"{case['layout']} n={n} |U|={n - 1} δmax={radius:g} H={horizon}: exact ESS/B "
+               f"{m1 * m1 / m2:.3f}, MC {ess_mc:.3f}")
+
+
+def _turn_taking_stage(seed: int, n: int) -> tuple:
+    """A turn-taking team (S = 6, A = 3, γ = 0.95) and its intermediate policies for a step of
+    max-KL 0.01 per agent."""
+    mdp = random_mdp(6, n, 3, layout="turn", gamma=0.95, seed=seed + n)
+    cur = random_policy(mdp, np.random.default_rng(seed + 10 * n), temperature=1.0)
+    tar = small_step_target(mdp, cur, np.random.default_rng(seed + 20 * n), 0.01)
+    return mdp, intermediate_policies(cur, tar, tuple(range(n)))
+
+
+def _table10_sweep(seed: int) -> tuple[list[str], dict]:
+    """Exact ``ESS/B = (E w)²/E[w²]`` after each step ``i ≥ 2`` of turn-taking teams of
+    ``n = 3, 5`` agents (geometric episodes), and for ``n = 5``, step 5, at fixed episode
+    lengths ``H``."""
+    stages = {n: _turn_taking_stage(seed, n) for n in (3, 5)}
+    sweep = [f"n={n}: " + ", ".join(f"step {i}: {exact_ess(mdp, pols[0], pols[i - 1]):.3f}"
+                                    for i in range(2, n + 1))
+             for n, (mdp, pols) in stages.items()]
+    mdp, pols = stages[5]
+    by_h = {H: exact_ess(mdp, pols[0], pols[4], horizon=H) for H in (10, 50, 200, 1000)}
+    return sweep, by_h
+
+
 @check("importance_weight_ess", "TeamTR App. G.6 (Table 10)", SECTION,
        mutations=("first_moment", "include_current_agent"))
 def importance_weight_ess(*, quick: bool = True, seed: int = 0, mutation: str | None = None) -> CheckResult:
@@ -865,52 +1048,17 @@ def importance_weight_ess(*, quick: bool = True, seed: int = 0, mutation: str | 
     k = 0
     while tally.cases < n_cases and k < 10 * n_cases:
         k += 1
-        layout = ("turn", "simultaneous", "masked")[k % 3]
-        n = int(rng.choice([2, 3]))
-        g = float(rng.choice([0.5, 0.8]))
-        mdp = random_mdp(int(rng.integers(2, 6)), n, 2, layout=layout, gamma=g,
-                         seed=int(rng.integers(2**31)))
-        cur = random_policy(mdp, rng, temperature=1.0)
-        radius = float(rng.choice([0.01, 0.05, 0.2]))
-        tar = small_step_target(mdp, cur, rng, radius)
-        pols = intermediate_policies(cur, tar, tuple(range(n)))
-        horizon = None if k % 2 else int(rng.integers(3, 9))
-        i = n  # last step: U_{n−1} has n−1 agents
-        behavior, target = pols[0], pols[i - 1]
-        m4 = trajectory_weight_moment(mdp, behavior, target, 4, horizon=horizon)
-        if not np.isfinite(m4):
+        case = _reuse_case(rng, k)
+        moments = _weight_moments(case, mutation)
+        if moments is None:
             continue
-        m1 = trajectory_weight_moment(mdp, behavior, target, 1, horizon=horizon)
-        m2 = trajectory_weight_moment(mdp, behavior, target, 2, horizon=horizon)
-        if m4 / m2 ** 2 > 1e3:  # too heavy-tailed for a CLT test with this B
-            continue
-        claim2 = m2
-        if mutation == "first_moment":
-            claim2 = m1
-        elif mutation == "include_current_agent":
-            claim2 = trajectory_weight_moment(mdp, behavior, pols[i], 2, horizon=horizon)
-        w = sample_trajectory_weights(mdp, behavior, target, B, rng, horizon=horizon)
-        se = math.sqrt(max(m4 - m2 ** 2, 0.0) / B)
-        z = (float((w ** 2).mean()) - claim2) / se if se > 0 else 0.0
+        pols = case["pols"]
+        w = sample_trajectory_weights(case["mdp"], pols[0], pols[case["n"] - 1], B, rng,
+                                      horizon=case["horizon"])
+        z, row = _record_weights(tally, case, moments, w, B)
         zs.append(z)
-        label = f"{mdp.name} S={mdp.n_states} n={n} γ={g:g} H={horizon} radius={radius:g}"
-        tally.begin()
-        tally.record(-abs(m1 - 1.0), label=label + " E w = 1", main=False)
-        tally.record(5.0 - abs(z), label=label + f" E w² exact {claim2:.4g} vs MC {(w ** 2).mean():.4g}")
-        ess_mc = float(w.sum() ** 2 / (w ** 2).sum() / B)
-        table.append(f"{layout} n={n} |U|={i - 1} δmax={radius:g} H={horizon}: exact ESS/B "
-                     f"{m1 * m1 / m2:.3f}, MC {ess_mc:.3f}")
-    # a Table-10-like sweep: turn-taking, δ=0.01, ESS/B after each step
-    sweep = []
-    for n in (3, 5):
-        mdp = random_mdp(6, n, 3, layout="turn", gamma=0.95, seed=seed + n)
-        cur = random_policy(mdp, np.random.default_rng(seed + 10 * n), temperature=1.0)
-        tar = small_step_target(mdp, cur, np.random.default_rng(seed + 20 * n), 0.01)
-        pols = intermediate_policies(cur, tar, tuple(range(n)))
-        ess = [exact_ess(mdp, pols[0], pols[i - 1]) for i in range(2, n + 1)]
-        if n == 5:
-            by_h = {H: exact_ess(mdp, pols[0], pols[n - 1], horizon=H) for H in (10, 50, 200, 1000)}
-        sweep.append(f"n={n}: " + ", ".join(f"step {i}: {e:.3f}" for i, e in zip(range(2, n + 1), ess, strict=True)))
+        table.append(row)
+    sweep, by_h = _table10_sweep(seed)
     return tally.result([f"z-scores of mean w² (B={B}): {_q(zs)}", *table[:6],
                          "Table-10 analogue (turn-taking, S=6, A=3, γ=0.95, max-KL 0.01 per agent, "
                          "geometric episodes of mean length 20): " + "; ".join(sweep)
