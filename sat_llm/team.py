@@ -3,21 +3,24 @@
 Agents are LoRA adapters (peft) on one shared frozen base model (default), or each on its
 own base (heterogeneous teams, e.g. after a plug-and-play swap to another model). Agent
 ``j``'s policy is its adapted model at temperature ``τ`` (see :mod:`sat_llm.rollout`).
+``LLMTeam`` is built from one part per responsibility:
 
-- ``rollout``: episodes of the canonical turn-taking protocol (:mod:`sat_llm.protocol`) on
-  training problems of the task, ``group_size`` episodes per problem (a group); turns are
-  generated in batches, one batch per (turn, speaking agent). Each :class:`Turn` carries the
-  context token ids, the message token ids and the behaviour log-probability of the message.
-- ``snapshot``/``restore``: the agent's adapter weights and its AdamW state (cheap: the base
-  is frozen and shared).
-- ``update``: AdamW steps on ``−L^clip + β·KL̂_exact`` (:mod:`sat_llm.loss`) for that agent's
-  adapter only (the optimizer holds no other parameter), learning rate ``lr·step_scale``,
-  gradient-norm clipping, float32.
-- ``kl``: exact and sampled token-level KL (:mod:`sat_llm.kl`) from the reference snapshot to
-  the current adapter on the agent's messages in the batch, plus the current per-turn
-  log-probabilities the algorithm needs for its surrogate estimate.
-- ``evaluate``: held-out accuracy of the team, greedy decoding, cached per parameter version.
-- ``new_agent``/``align``/``replace``/``reset``: plug-and-play (Stage-0 in :mod:`sat_llm.align`).
+- :mod:`sat_llm.episodes` (:class:`~sat_llm.episodes.EpisodeLoop`, shared with the Ray
+  team): ``rollout`` — episodes of the canonical turn-taking protocol
+  (:mod:`sat_llm.protocol`) on training problems, ``group_size`` per problem — and
+  ``evaluate``, greedy and cached per parameter version, with the runner's record hooks;
+- :mod:`sat_llm.adapters` (:class:`~sat_llm.adapters.Adapters`): the adapters on their bases,
+  AdamW states and parameter versions; ``snapshot``/``restore``, ``state_dict``/
+  ``load_state_dict``, plug-and-play ``new_agent``/``align``/``replace``/``reset``;
+- :mod:`sat_llm.updates` (:class:`~sat_llm.updates.Updates`): ``update``, AdamW steps on
+  ``−L^clip + β·KL̂_exact`` (:mod:`sat_llm.loss`) for one agent's adapter, learning rate
+  ``lr·step_scale``, gradient-norm clipping, float32;
+- this module: construction, and the passes through the models — generation of the
+  speakers' messages (sampled, with the behaviour log-prob check, or greedy:
+  :func:`greedy_pooled`), teacher-forced scoring, the reference pass and the minibatch
+  loss, and ``kl``: exact and sampled token-level KL (:mod:`sat_llm.kl`) from the
+  reference snapshot to the current adapter on the agent's messages in the batch, plus the
+  current per-turn log-probabilities the algorithm needs for its surrogate estimate.
 
 The reference policy of a KL is evaluated through a scratch adapter ``ref`` on the same
 base, into which the snapshot's weights are copied; its log-probabilities on a batch are
@@ -27,27 +30,29 @@ cached while the (batch, reference) pair stays the same (the backtracking loop r
 from __future__ import annotations
 
 import copy
-import logging
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from sat_theory.errors import InputError
 from sat_theory.progress import bar as progress_bar
-from sat_theory.team import Batch, Episode, Turn
+from sat_theory.team import Batch
 
+from .adapters import Adapters, AgentSnapshot, load_team_file, swap_adapter
+from .chunks import _longest, _rows, in_chunks
+from .episodes import EpisodeLoop, RolloutMismatchError, _Ctx, task_setup
 from .kl import sampled_sequence_kl, sequence_kl
-from .loss import clipped_surrogate, ratio_clip_fraction, token_clipped_surrogate
-from .models import memory_peak, place, resolve_device, resolve_dtype
-from .protocol import Protocol, problem_views, protocol_for
+from .loss import clipped_surrogate, token_clipped_surrogate
+from .models import memory_peak, resolve_device, resolve_dtype
+from .protocol import Protocol
 from .rollout import _lcp, _prefill, generate, message_logprobs, model_device, score_logits
-from .tasks import Problem, make_task
+from .updates import Updates
 
-__all__ = ["LLMConfig", "LLMTeam", "AgentSnapshot", "RolloutMismatchError", "LOGP_TOL"]
-
-log = logging.getLogger("sat_llm")
+# imported from here too: the state types, EpisodeLoop, task_setup, the team files, the
+# row helpers (_rows) and the decoding functions
+__all__ = ["LLMConfig", "LLMTeam", "AgentSnapshot", "RolloutMismatchError", "LOGP_TOL",
+           "EpisodeLoop", "task_setup", "load_team_file", "swap_adapter", "in_chunks",
+           "stop_ids", "strict_float32", "greedy_shared_prefix", "greedy_pooled"]
 
 #: default tolerance of the behaviour log-prob check — the mean per-token |Δ log π| between
 #: an engine's log-probs and the training model's recomputation, per generation call — by
@@ -60,245 +65,19 @@ log = logging.getLogger("sat_llm")
 LOGP_TOL = {"float32": 1e-3, "bfloat16": 0.1, "float16": 0.1}
 
 
-class RolloutMismatchError(RuntimeError):
-    """A rollout was not generated by the parameters the team expects (a stale or unsynced
-    adapter, or log-probabilities that the training model does not reproduce)."""
-
-
 # the team's settings are declared once, in sat_llm.config (re-exported here)
 from .config import LLMConfig  # noqa: E402
 
-
-@dataclass
-class AgentSnapshot:
-    """One agent's adapter weights and optimizer state, plus the parameter version they
-    belong to (so the evaluation cache knows a restored agent)."""
-
-    agent: int
-    base: str
-    weights: dict
-    optim: dict | None
-    version: int
-
-
-@dataclass
-class _Ctx:
-    """An LLM turn's context: token ids (the rendered chat) of the speaking agent."""
-
-    ids: tuple
-
-    def __len__(self):
-        return len(self.ids)
-
-
-def task_setup(cfg):
-    """``(task, protocol, train_pool, eval_set)`` of a team config: the task, the canonical
-    turn-taking protocol, the seeded training prompts and the held-out problems (disjoint
-    from the training pool). Shared by every team class so they see the same problems."""
-    task = make_task(cfg.task, cfg.prompts, **cfg.task_options)
-    protocol = protocol_for(task, cfg.agents, router=cfg.router, turns=cfg.turns,
-                            reasoning_tags=cfg.reasoning_tags)  # the task's views, if any
-    if task.multi_turn and not cfg.turns:
-        protocol.turns = 2 * cfg.agents  # interactive tasks need several rounds
-    task.check_sizes(cfg.n_train, cfg.n_eval)  # before any model is loaded
-    train_pool = task.problems("train", cfg.n_train, cfg.problems_seed)
-    eval_set = task.problems("eval", cfg.n_eval, cfg.problems_seed,
-                             exclude={p.prompt for p in train_pool})
-    return task, protocol, train_pool, eval_set
+# State files (sat_llm.checkpoint registers these types) name a type by module and class,
+# and run checkpoints written before the team was split into modules name these two
+# sat_llm.team.AgentSnapshot and sat_llm.team._Ctx: they keep those names
+AgentSnapshot.__module__ = _Ctx.__module__ = __name__
 
 
 def stop_ids(tok) -> list[int]:
     """Stop tokens of a message: eos and, for chat models, ``<|im_end|>``."""
     return sorted({tok.eos_token_id, *([tok.convert_tokens_to_ids("<|im_end|>")]
                                        if "<|im_end|>" in tok.get_vocab() else [])})
-
-
-class EpisodeLoop:
-    """Shared-context turn-taking episodes, rollouts and held-out evaluation, written once for
-    every LLM team class. A team provides ``cfg``, ``protocol``, ``task``, ``train_pool``,
-    ``eval_set``, ``rng``, ``gamma``, ``version``, ``_rollouts``, ``_eval_cache`` and
-    :meth:`_speak` (where the speakers' messages are generated: in process, or on actors)."""
-
-    def _speak(self, items: dict, last: bool, greedy: bool) -> dict:
-        """``items = {agent: [(prompt, history, view), ...]}`` (``view``: the agent's private
-        part, or ``None``) → ``{agent: (contexts, messages, logps, texts)}`` for one turn;
-        sampling draws happen in ascending agent order."""
-        raise NotImplementedError
-
-    def _rollout_extra(self) -> dict:
-        return {}
-
-    def _begin_rollout(self) -> None:
-        """Called before a rollout's episodes are generated."""
-
-    def _run_episodes(self, problems: list[Problem], *, greedy: bool):
-        """Play the protocol on ``problems`` (one episode each). Returns per-episode
-        ``(turns, history, score)`` with turns ``(agent, t, ctx_ids, msg_ids, logp)``."""
-        proto = self.protocol
-        E = len(problems)
-        schedules = [proto.schedule(self.rng) for _ in range(E)]
-        history: list[list[tuple[str, str]]] = [[] for _ in range(E)]
-        turns: list[list[tuple]] = [[] for _ in range(E)]
-        done = [False] * E
-        # (shared prompt, private part per agent | None): a fixed function of the problem
-        views = [problem_views(self.task, p, proto.n_agents) for p in problems]
-        bar = progress_bar(proto.n_turns, unit="turn",
-                           desc="evaluation (greedy)" if greedy else "rollout")
-        for t in range(proto.n_turns):
-            last = t == proto.n_turns - 1
-            by_agent: dict[int, list[int]] = {}
-            for e in range(E):
-                if not done[e]:
-                    by_agent.setdefault(schedules[e][t], []).append(e)
-            results = self._speak({j: [(views[e][0], history[e],
-                                        None if views[e][1] is None else views[e][1][j])
-                                       for e in idx]
-                                   for j, idx in by_agent.items()}, last, greedy)
-            bar.update(1)
-            # each episode has one speaker per turn, so applying the results after all
-            # speakers generated equals applying them speaker by speaker
-            for j in sorted(by_agent):
-                ctxs, msgs, lps, texts = results[j]
-                for e, c, m, lp, text in zip(by_agent[j], ctxs, msgs, lps, texts, strict=True):
-                    turns[e].append((j, t, tuple(c), tuple(m), lp))
-                    history[e].append((f"agent {j + 1}", text))
-                    fb, fin = self.task.feedback(problems[e], text)
-                    if fb is not None:
-                        history[e].append(("environment", fb))
-                    done[e] = done[e] or fin
-        bar.close()
-        out = []
-        for e in range(E):
-            final = next((txt for who, txt in reversed(history[e]) if who.startswith("agent")), "")
-            out.append((turns[e], history[e], self.task.score(problems[e], final)))
-        return out
-
-    def rollout(self, n_groups: int, group_size: int) -> Batch:
-        """``n_groups`` training problems (drawn with the team's seeded RNG) × ``group_size``
-        sampled episodes each, under the current agents."""
-        if n_groups < 1 or group_size < 1:
-            raise InputError(f"need n_groups >= 1 and group_size >= 1, got {n_groups}, {group_size}")
-        pick = self.rng.choice(len(self.train_pool), size=n_groups, replace=n_groups > len(self.train_pool))
-        problems = [self.train_pool[int(i)] for i in pick for _ in range(group_size)]
-        self._begin_rollout()
-        eps = self._run_episodes(problems, greedy=False)
-        episodes = []
-        for e, (turns, _hist, score) in enumerate(eps):
-            T = max((t for _, t, *_ in turns), default=0)
-            tl = [Turn(agent=j, context=_Ctx(c), action=m, logp=lp, t=t,
-                       reward_to_go=score * self.gamma ** (T - t)) for j, t, c, m, lp in turns]
-            episodes.append(Episode(group=e // group_size, turns=tl,
-                                    ret=score * self.gamma ** T))
-        self._rollouts += 1
-        extra = dict(problems=[int(i) for i in pick],
-                     transcripts=[h for _, h, _ in eps],
-                     scores=[s for *_, s in eps],
-                     tokens=int(sum(len(m) for tr, *_ in eps for *_, m, _ in tr)),
-                     **self._rollout_extra())
-        self.last_batch = Batch(episodes=episodes, rollout_id=self._rollouts, extra=extra,
-                                versions=self.version)
-        return self.last_batch
-
-    def evaluate(self) -> float:
-        """Held-out accuracy: mean score over the eval split, greedy decoding (cached per
-        parameter version; uses no RNG, so it does not perturb training)."""
-        key = self.version
-        if key not in self._eval_cache:
-            state = self.rng.bit_generator.state
-            eps = self._run_episodes(self.eval_set, greedy=True)
-            self.rng.bit_generator.state = state  # the random router must not consume training RNG
-            self._eval_cache[key] = float(np.mean([s for *_, s in eps]))
-            self.last_eval = [(h, s) for _, h, s in eps]
-        return self._eval_cache[key]
-
-    def eval_records(self) -> list[dict]:
-        """Per-problem results of the latest held-out evaluation (what ``eval_{k}.jsonl``
-        holds, so anyone can recompute the accuracy): ``id`` (index in the held-out set),
-        ``prompt``, ``answer``, ``final`` (the last agent's message, which is scored),
-        ``score`` and ``correct`` (``score == 1``: the task's lenient score, :meth:`Task.score`),
-        ``lenient`` (= ``score``), ``strict`` (:meth:`Task.strict_score`: an ``Answer:
-        <value>`` line whose value is right) and ``format_ok`` (:meth:`Task.format_ok`; ``None``
-        for a task without an answer line). Empty before the first evaluation."""
-        out = []
-        for i, (p, (hist, score)) in enumerate(zip(self.eval_set, getattr(self, "last_eval", []),
-                                                    strict=False)):
-            final = next((txt for who, txt in reversed(hist) if who.startswith("agent")), "")
-            out.append(dict(id=i, prompt=p.prompt, answer=p.answer, final=final,
-                            score=float(score), correct=bool(score == 1.0), lenient=float(score),
-                            strict=float(self.task.strict_score(p, final)),
-                            format_ok=self.task.format_ok(final)))
-        return out
-
-    # ------------------------------------------------------------ runner hooks
-    #: file format of :meth:`save` (the runner names saved policies ``stage{k}.<format>``)
-    policy_format = "safetensors"
-
-    def step_metrics(self, agent: int, batch: Batch, update: dict, kl: dict) -> dict:
-        """LLM fields of a step record, from the step's own update and KL results (so a
-        resumed run logs the same): ``kl_sampled``, ``kl_per_token``, ``n_tokens``,
-        ``loss``, ``grad_norm``, ``opt_steps``, ``lr``, ``micro_batch`` and the batch's
-        generated ``tokens``; the behaviour log-prob check of the batch (``logp_diff_mean``,
-        ``logp_diff_max``: per-token |Δ log π| engine vs training model); and
-        ``peak_memory_bytes`` of the rollout and update (CUDA allocated or CPU resident set;
-        a measurement of the machine, like ``seconds``)."""
-        chk = batch.extra.get("logp_check") or {}
-        peaks = [x for x in (batch.extra.get("peak_memory_bytes"),
-                             update.get("peak_memory_bytes")) if x is not None]
-        return dict(kl_sampled=kl.get("kl_sampled"), kl_per_token=kl.get("kl_per_token"),
-                    n_tokens=kl.get("n_tokens"), loss=update.get("loss"),
-                    grad_norm=update.get("grad_norm"), opt_steps=update.get("opt_steps"),
-                    lr=update.get("lr"), micro_batch=update.get("micro_batch"),
-                    tokens=batch.extra.get("tokens"), logp_diff_mean=chk.get("mean_abs"),
-                    logp_diff_max=chk.get("max_abs"), peak_memory_bytes=max(peaks, default=None))
-
-    def stage_metrics(self, record: dict) -> dict:
-        """``eval_accuracy``: the held-out accuracy after the stage (= ``J_after``)."""
-        return dict(eval_accuracy=record["J_after"])
-
-    def save(self, path: str) -> None:
-        """Every agent's adapter weights, ``agent{j}.{name}`` tensors, in one safetensors file."""
-        from safetensors.torch import save_file
-
-        from sat_theory.checkpoint import write_atomic
-
-        weights = self.state_dict()["weights"]
-        flat = {f"agent{j}.{k}": t.detach().cpu().contiguous().clone()
-                for j, w in enumerate(weights) for k, t in w.items()}
-        write_atomic(path, lambda tmp: save_file(flat, str(tmp)))
-
-
-def load_team_file(path: str) -> dict[int, dict]:
-    """``{j: adapter weights}`` of a team file written by :meth:`LLMTeam.save` (safetensors,
-    tensors ``agent{j}.{name}``; no pickle). Bad input is one :class:`InputError` line."""
-    from pathlib import Path
-
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"no team file {path!r}")
-    try:
-        from safetensors.torch import load_file
-
-        flat = load_file(str(p))
-    except Exception as e:  # safetensors raises its own types for a non-safetensors file
-        raise InputError(f"{path} is not a safetensors team file ({type(e).__name__})") from None
-    out: dict[int, dict] = {}
-    for key, t in flat.items():
-        head, _, name = key.partition(".")
-        if not (head.startswith("agent") and head[5:].isdigit() and name):
-            raise InputError(f"{path}: tensor {key[:80]!r} is not named agent<j>.<parameter>")
-        out.setdefault(int(head[5:]), {})[name] = t.float()
-    return out
-
-
-def swap_adapter(spec: str) -> dict:
-    """Agent ``J``'s adapter weights of ``FILE[:J]`` (default ``J = 0``)."""
-    path, sep, j = spec.rpartition(":")
-    if not sep or not j.isdigit():
-        path, j = spec, "0"
-    saved = load_team_file(path)
-    if int(j) not in saved:
-        raise InputError(f"{path} holds no adapter for agent {j} (has {sorted(saved)})")
-    return saved[int(j)]
 
 
 def strict_float32() -> None:
@@ -313,63 +92,11 @@ def strict_float32() -> None:
     torch.set_float32_matmul_precision("highest")
 
 
-def _float32_adapters(pm) -> None:
-    """Keep every LoRA weight float32 whatever the base dtype (peft casts them to the base's
-    dtype unless told not to); its optimizer state then is float32 too."""
-    for n, p in pm.named_parameters():
-        if "lora_" in n and p.dtype != torch.float32:
-            p.data = p.data.float()
-
-
-def _is_oom(e: BaseException) -> bool:
-    """An out-of-memory error of any device (CUDA raises ``torch.OutOfMemoryError``, the CPU
-    allocator a ``RuntimeError`` that says it cannot allocate)."""
-    return isinstance(e, torch.OutOfMemoryError) or (
-        isinstance(e, RuntimeError) and ("out of memory" in str(e)
-                                         or "can't allocate memory" in str(e)))
-
-
-def in_chunks(n: int, size: int, fn, *, what: str, device=None) -> tuple[list, int]:
-    """``([fn(a, b) for each chunk [a, b) of range(n)], final size)``: chunks of ``size``
-    rows; a chunk that runs out of memory is retried with half the size (logged), down to
-    one row (then the error propagates)."""
-    out, a = [], 0
-    while a < n:
-        b = min(a + size, n)
-        try:
-            out.append(fn(a, b))
-            a = b
-        except (RuntimeError, torch.OutOfMemoryError) as e:
-            if not _is_oom(e) or size == 1:
-                raise
-            size = max(1, (b - a) // 2)
-            log.warning("sat_llm: out of memory in %s on %s with %d rows; retrying with %d",
-                        what, device or "the device", b - a, size)
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-    return out, size
-
-
-def _rows(chunks: list, a: int, b: int, T: int) -> tuple:
-    """Rows ``[a, b)`` with ``T`` token columns of row-chunked tuples of ``(B,T,V)`` or
-    ``(B,T)`` tensors (the reference pass: ``(logp, tokens, mask)``),
-    ``chunks = [(start, end, tuple), ...]``: the chunk itself when it is exactly those rows
-    (no copy), else the rows gathered and padded (masked columns)."""
-    for s, e, c in chunks:
-        if (s, e) == (a, b) and c[0].shape[1] == T:
-            return c
-    parts = []
-    for s, e, c in chunks:
-        lo, hi = max(a, s), min(b, e)
-        if lo < hi:
-            pad = max(T - c[0].shape[1], 0)
-            parts.append(tuple(torch.nn.functional.pad(x[lo - s:hi - s], (0, 0, 0, pad) if x.dim() == 3
-                                                       else (0, pad))[:, :T] for x in c))
-    return tuple(torch.cat(x) for x in zip(*parts, strict=True))
-
-
-def _longest(msgs) -> int:
-    return max(len(m) for m in msgs)
+def _shared_prefix(keys: list[tuple]) -> int:
+    """``P``: the length of the longest common prefix of all contexts ``keys``, at most
+    ``min len − 1`` (every row keeps a token of its own to prefill)."""
+    P = min((_lcp(keys[0], k) for k in keys), default=0)
+    return min(P, min((len(k) for k in keys), default=0) - 1)
 
 
 @torch.no_grad()
@@ -388,8 +115,7 @@ def greedy_shared_prefix(model, contexts, *, max_new_tokens: int, temperature: f
     from .rollout import _gen_config
 
     keys = [tuple(c) for c in contexts]
-    P = min((_lcp(keys[0], k) for k in keys), default=0)
-    P = min(P, min((len(k) for k in keys), default=0) - 1)
+    P = _shared_prefix(keys)
     if not greedy or streamer is not None or len(keys) < 2 or P < 1:
         return generate(model, contexts, max_new_tokens=max_new_tokens, temperature=temperature,
                         stop_ids=stop_ids, pad_id=pad_id, greedy=greedy, streamer=streamer)
@@ -541,29 +267,15 @@ def greedy_pooled(model, contexts, *, chunk: int, max_new_tokens: int, temperatu
     :func:`greedy_shared_prefix` when nothing is shared, for one row, or when the model's
     cache cannot be joined (then each chunk decodes alone)."""
     keys = [tuple(c) for c in contexts]
-    P = min((_lcp(keys[0], k) for k in keys), default=0)
-    P = min(P, min((len(k) for k in keys), default=0) - 1)
-    kw = dict(max_new_tokens=max_new_tokens, temperature=temperature, stop_ids=stop_ids,
-              pad_id=pad_id)
+    P = _shared_prefix(keys)
     if len(keys) < 2 or P < 1:
-        parts = [greedy_shared_prefix(model, contexts[a:a + chunk], **kw)
+        parts = [greedy_shared_prefix(model, contexts[a:a + chunk], max_new_tokens=max_new_tokens,
+                                      temperature=temperature, stop_ids=stop_ids, pad_id=pad_id)
                  for a in range(0, len(keys), chunk)]
         return [m for p in parts for m in p[0]], [lp for p in parts for lp in p[1]]
-    dev = model_device(model)
-    prefix = _prefill(model, torch.tensor([keys[0][:P]], device=dev),
-                      torch.ones((1, P), dtype=torch.long, device=dev),
-                      torch.arange(P, device=dev)[None])
-    order = sorted(range(len(keys)), key=lambda i: len(keys[i]))  # less padding per chunk
-    groups: list[list] = [[]]  # chunks decoded together: all of them when caches join
-    for a in range(0, len(order), chunk):
-        rows = order[a:a + chunk]
-        cache, mask, last, logits = _prefill_chunk(model, prefix, [keys[i] for i in rows], P, pad_id)
-        if groups[-1] and not _mergeable(cache):
-            groups.append([])
-        groups[-1].append((rows, cache, mask, last, logits))
     msgs: list = [None] * len(keys)
     lps: list = [None] * len(keys)
-    for g in groups:
+    for g in _prefilled_groups(model, keys, P, chunk=chunk, pad_id=pad_id):
         W = max(m.shape[1] for _, _, m, _, _ in g)
         cache, mask = (_merge_caches([(c, m) for _, c, m, _, _ in g], P, W) if len(g) > 1
                        else (g[0][1], g[0][2]))
@@ -575,12 +287,31 @@ def greedy_pooled(model, contexts, *, chunk: int, max_new_tokens: int, temperatu
     return msgs, lps
 
 
-class LLMTeam(EpisodeLoop):
+def _prefilled_groups(model, keys: list[tuple], P: int, *, chunk: int, pad_id: int) -> list:
+    """The contexts ``keys`` prefilled after their common prefix ``keys[0][:P]`` (itself
+    prefilled once): rows ordered by context length (stable), in chunks of ``chunk`` rows
+    (:func:`_prefill_chunk`), each ``(rows, cache, mask, last position, logits)``, grouped
+    into the chunks that decode together: all of them when their caches can be joined
+    (:func:`_mergeable`), else each alone."""
+    dev = model_device(model)
+    prefix = _prefill(model, torch.tensor([keys[0][:P]], device=dev),
+                      torch.ones((1, P), dtype=torch.long, device=dev),
+                      torch.arange(P, device=dev)[None])
+    order = sorted(range(len(keys)), key=lambda i: len(keys[i]))  # less padding per chunk
+    groups: list[list] = [[]]
+    for a in range(0, len(order), chunk):
+        rows = order[a:a + chunk]
+        cache, mask, last, logits = _prefill_chunk(model, prefix, [keys[i] for i in rows], P, pad_id)
+        if groups[-1] and not _mergeable(cache):
+            groups.append([])
+        groups[-1].append((rows, cache, mask, last, logits))
+    return groups
+
+
+class LLMTeam(EpisodeLoop, Adapters, Updates):
     """See module docstring. ``model``/``tokenizer`` may be passed in (tests) to skip loading."""
 
     def __init__(self, cfg: LLMConfig, model=None, tokenizer=None):
-        from .models import load_model
-
         self.cfg = cfg
         self.n_agents = cfg.agents
         self.gamma = float(cfg.gamma)
@@ -591,48 +322,14 @@ class LLMTeam(EpisodeLoop):
         strict_float32()
         torch.manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
-        self._rollouts = 0
-        self._version_counter = 0
-        self._eval_cache: dict = {}
-        self._ref_cache: tuple | None = None
-        self.last_kl: dict[int, dict] = {}
-        self.last_update: dict[int, dict] = {}
-        self.last_batch: Batch | None = None
+        self._start_counters()
         self.devices = [resolve_device(d) for d in cfg.agent_devices or (cfg.device,) * cfg.agents]
         self.dtypes = [resolve_dtype(cfg.dtype, d) for d in self.devices]
         self._record_placement()
-        # bases: name -> (peft model, tokenizer); agents index into them. Agents share a
-        # base when they name the same model and live on the same device.
-        self._bases: dict[str, tuple] = {}
-        names = cfg.agent_models or (cfg.model,) * cfg.agents
-        split = len(set(self.devices)) > 1
-        self._agent_base: list[str] = []
-        for j, name in enumerate(names):
-            key = (f"{name}#{j}" if cfg.agent_models is not None
-                   else f"{name}@{self.devices[j]}" if split else name)
-            if key not in self._bases:
-                if model is not None and not self._bases:
-                    m, tok = model, tokenizer
-                else:
-                    m, tok = load_model(name, seed=cfg.seed)
-                place(m, self.devices[j], self.dtypes[j])
-                if cfg.grad_checkpointing:
-                    m.gradient_checkpointing_enable(
-                        gradient_checkpointing_kwargs={"use_reentrant": False})
-                # an agent that opens a base copy gets the seed it has on a shared base
-                seed = cfg.seed + (j + 1 if j and cfg.agent_models is None else 0)
-                self._bases[key] = (self._wrap(m, f"agent{j}", seed), tok)
-            else:
-                self._add_adapter(self._bases[key][0], f"agent{j}")
-            self._agent_base.append(key)
+        self._open_bases(model, tokenizer)
         self._init_weights = [self._get_weights(j) for j in range(self.n_agents)]
         if cfg.init_from:  # after _init_weights: those stay the fresh adapters
-            saved = load_team_file(cfg.init_from)
-            missing = [j for j in range(self.n_agents) if j not in saved]
-            if missing:
-                raise InputError(f"{cfg.init_from} holds no adapter for agent(s) {missing}")
-            for j in range(self.n_agents):
-                self._set_weights(j, saved[j])
+            self._start_from(cfg.init_from)
         self._opt = [self._make_opt(j) for j in range(self.n_agents)]
         self._version = [0] * self.n_agents
         self._micro = [cfg.micro_batch or cfg.minibatch] * self.n_agents
@@ -648,38 +345,15 @@ class LLMTeam(EpisodeLoop):
 
             self._engine = VLLMEngine(self)
 
-    # ---------------------------------------------------------------- model plumbing
-    def _lora_config(self):
-        from peft import LoraConfig
-
-        return LoraConfig(r=self.cfg.lora_r, lora_alpha=self.cfg.lora_alpha, lora_dropout=0.0,
-                          target_modules=list(self.cfg.lora_targets), bias="none")
-
-    def _wrap(self, base, name, seed):
-        import warnings
-
-        from peft import get_peft_model
-
-        for p in base.parameters():
-            p.requires_grad_(False)
-        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
-            # peft (<= 0.21) probes the deprecated `model.is_gradient_checkpointing`, which
-            # transformers 5 answers with a FutureWarning on every run; not our call to fix
-            warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated",
-                                    category=FutureWarning)
-            # LoRA A init: identical across runs and devices (peft draws it on the host)
-            torch.manual_seed(seed)
-            pm = get_peft_model(base, self._lora_config(), adapter_name=name)
-            pm.add_adapter("ref", self._lora_config())
-        _float32_adapters(pm)
-        pm.eval()
-        return pm
-
-    def _add_adapter(self, pm, name):
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.cfg.seed + len(pm.peft_config))
-            pm.add_adapter(name, self._lora_config())
-        _float32_adapters(pm)
+    def _start_counters(self) -> None:
+        """Rollout and version counters, caches and the latest results, all empty."""
+        self._rollouts = 0
+        self._version_counter = 0
+        self._eval_cache: dict = {}
+        self._ref_cache: tuple | None = None
+        self.last_kl: dict[int, dict] = {}
+        self.last_update: dict[int, dict] = {}
+        self.last_batch: Batch | None = None
 
     def _record_placement(self) -> None:
         """Write the resolved devices and dtype into the config (``config.json`` then says
@@ -694,53 +368,7 @@ class LLMTeam(EpisodeLoop):
         if len(kinds) == 1:
             cfg.dtype = kinds.pop()
 
-    def _model(self, agent: int):
-        return self._bases[self._agent_base[agent]][0]
-
-    def tokenizer(self, agent: int):
-        return self._bases[self._agent_base[agent]][1]
-
-    def _params(self, agent: int, adapter: str | None = None) -> dict[str, torch.nn.Parameter]:
-        """The adapter's parameters by name (with the adapter name removed from the key)."""
-        name = adapter or f"agent{agent}"
-        tag = f".{name}."
-        return {k.replace(tag, "."): p for k, p in self._model(agent).named_parameters() if tag in k}
-
-    def _get_weights(self, agent: int) -> dict:
-        return {k: p.detach().clone() for k, p in self._params(agent).items()}
-
-    def _set_weights(self, agent: int, weights: dict, adapter: str | None = None) -> None:
-        params = self._params(agent, adapter)
-        if set(params) != set(weights):
-            raise InputError("adapter weights do not match this agent's adapter layout")
-        for k, p in params.items():  # copy_ would broadcast a wrong shape and cast a wrong dtype
-            w = weights[k]
-            if (tuple(w.shape) != tuple(p.shape) or not w.is_floating_point()
-                    or not bool(torch.isfinite(w).all())):
-                raise InputError(f"agent {agent} adapter tensor {k}: {tuple(w.shape)} {w.dtype}; "
-                                 f"needs {tuple(p.shape)} finite floats")
-        with torch.no_grad():
-            for k, p in params.items():
-                p.copy_(weights[k])
-
-    def _make_opt(self, agent: int):
-        return torch.optim.AdamW(list(self._params(agent).values()), lr=self.cfg.lr,
-                                 weight_decay=0.0)
-
-    def _activate(self, agent: int, adapter: str | None = None):
-        m = self._model(agent)
-        m.set_adapter(adapter or f"agent{agent}")
-        return m
-
-    def _bump(self, agent: int) -> None:
-        self._version_counter += 1
-        self._version[agent] = self._version_counter
-
-    @property
-    def version(self) -> tuple:
-        return tuple(self._version)
-
-    # ---------------------------------------------------------------- episodes
+    # ---------------------------------------------------------------- generation
     @torch.no_grad()
     def _speak(self, items: dict, last: bool, greedy: bool) -> dict:
         """:meth:`EpisodeLoop._speak`: every speaker generates here, in agent order."""
@@ -879,21 +507,7 @@ class LLMTeam(EpisodeLoop):
         self._micro[agent] = min(self._micro[agent], size)
         return parts
 
-    # ---------------------------------------------------------------- parameters
-    def snapshot(self, agent: int) -> AgentSnapshot:
-        return AgentSnapshot(agent, self._agent_base[agent], self._get_weights(agent),
-                             copy.deepcopy(self._opt[agent].state_dict()), self._version[agent])
-
-    def restore(self, agent: int, snap: AgentSnapshot) -> None:
-        if snap.base != self._agent_base[agent]:
-            raise InputError(f"snapshot of base {snap.base!r} cannot restore agent {agent} "
-                             f"(base {self._agent_base[agent]!r})")
-        self._set_weights(agent, snap.weights)
-        if snap.optim is not None:
-            self._opt[agent].load_state_dict(copy.deepcopy(snap.optim))
-        self._version[agent] = snap.version
-
-    # ---------------------------------------------------------------- KL and update
+    # ---------------------------------------------------------------- scoring and KL
     def _turns(self, agent: int, batch: Batch):
         turns = [t for _, t in batch.turns_of(agent)]
         return [t.context.ids for t in turns], [t.action for t in turns], np.array([t.logp for t in turns])
@@ -972,167 +586,6 @@ class LLMTeam(EpisodeLoop):
         loss = -(surr.sum() - float(beta) * klv.sum()) / M
         return (loss, seq, klv, surr) if made is None else (loss, seq, klv, surr, made)
 
-    def loss(self, agent: int, batch: Batch, advantages, beta: float,
-             reference: AgentSnapshot) -> torch.Tensor:
-        """The objective ``update`` descends, ``−L^clip + β·mean KL̂``, on the whole batch at the
-        current adapter, differentiable (the sum of its minibatch losses; for oracle tests)."""
-        ctxs, msgs, beh = self._turns(agent, batch)
-        M, mb = len(msgs), self.cfg.minibatch
-        refs = self._ref_logps(agent, batch, reference, ctxs, msgs)
-        adv, behT = self._on_device(agent, advantages, beh)
-        return sum(self._minibatch_loss(agent, ctxs[s:s + mb], msgs[s:s + mb], behT[s:s + mb],
-                                        adv[s:s + mb], _rows(refs, s, min(s + mb, M),
-                                                             _longest(msgs[s:s + mb])), beta, M)[0]
-                   for s in range(0, M, mb))
-
-    def _on_device(self, agent: int, advantages, beh) -> tuple:
-        """Advantages and behaviour log-probs as float32 tensors on the agent's device, moved
-        once per update."""
-        dev = self.devices[agent]
-        return (torch.as_tensor(np.asarray(advantages, dtype=np.float32), device=dev),
-                torch.as_tensor(np.asarray(beh, dtype=np.float32), device=dev))
-
-    def check_batch(self, agent: int, batch: Batch, reference: AgentSnapshot,
-                    expected: tuple | None = None) -> None:
-        """For the caller to run before an update (``update`` itself does not: the Team API
-        allows a reference other than the behaviour policy, e.g. in tests): the agent's turns in ``batch`` must come from the adapter version
-        of ``reference`` (the behaviour policy is the trust region's reference), and, when
-        the caller says which versions it expects (``expected``: every agent's; intermediate
-        occupancy: the updated predecessors), the whole batch from those. A batch built by
-        hand carries no versions and is taken as it is. Raises
-        :class:`RolloutMismatchError`."""
-        v = batch.versions
-        if v is None:
-            return
-        if v[agent] != reference.version:
-            raise RolloutMismatchError(
-                f"rollout {batch.rollout_id} was generated by agent {agent}'s adapter version "
-                f"{v[agent]}, but the update's reference is version {reference.version}")
-        if expected is not None and tuple(expected) != tuple(v):
-            raise RolloutMismatchError(
-                f"rollout {batch.rollout_id} was generated by versions {tuple(v)}, the update "
-                f"expects {tuple(expected)}")
-
-    def update(self, agent: int, batch: Batch, advantages, beta: float, reference: AgentSnapshot,
-               *, step_scale: float = 1.0, correction: str = "none") -> dict:
-        """AdamW steps on ``−L^clip + β·KL̂_exact`` for this agent's adapter only (see
-        :mod:`sat_llm.loss`); ``correction`` is ignored (it concerns exact batches only)."""
-        ctxs, msgs, beh = self._turns(agent, batch)
-        M = len(msgs)
-        if M == 0:
-            return {"opt_steps": 0}
-        if advantages is None or len(advantages) != M:
-            raise ValueError(f"need one advantage per turn of agent {agent} ({M})")
-        self.peak_memory(reset=True)
-        if not np.any(advantages) and self._version[agent] == reference.version:
-            # The objective −L^clip + β·KL has exactly zero gradient here (w ≡ 1 and the KL
-            # is at its minimum); Adam would blow float noise (~1e-9) up to full-size steps.
-            info = dict(opt_steps=0, loss=0.0, kl_train=0.0, surrogate_clip=0.0, grad_norm=0.0,
-                        lr=self.cfg.lr * float(step_scale))
-            self.last_update[agent] = info
-            return info
-        mb = self.cfg.minibatch
-        # at the reference weights (the step's first try: the snapshot was taken just now) the
-        # first minibatch's forward is the reference pass of its rows: those rows are not
-        # scored twice (the same logits, so the same numbers)
-        at_ref = self._version[agent] == reference.version and not self.cfg.grad_checkpointing
-        e0, micro = min(mb, M), self._micro[agent]
-        defer = frozenset((a, min(a + micro, e0)) for a in range(0, e0, micro)
-                          if min(a + micro, e0) == min(a + micro, M)) if at_ref else frozenset()
-        refs = self._ref_logps(agent, batch, reference, ctxs, msgs, defer=defer)
-
-        def fill():  # the reference pass of any rows still missing, in place
-            refs[:] = self._ref_logps(agent, batch, reference, ctxs, msgs)
-
-        opt = self._opt[agent]
-        for g in opt.param_groups:
-            g["lr"] = self.cfg.lr * float(step_scale)
-        params = list(self._params(agent).values())
-        adv, behT = self._on_device(agent, advantages, beh)
-        steps, loss_sum, kl_sum, surr_sum, gnorm = 0, 0.0, 0.0, 0.0, 0.0
-        clip_fracs = []
-        model = self._model(agent)
-        if self.cfg.grad_checkpointing:
-            model.train()  # transformers checkpoints layers only in training mode (no dropout here)
-        bar = progress_bar(self.cfg.epochs * -(-M // mb), desc=f"update (agent {agent})",
-                           unit="minibatch")
-        try:
-            for _ in range(self.cfg.epochs):
-                for s in range(0, M, mb):
-                    e = min(s + mb, M)
-                    loss, seq, klv, surr = self._accumulate(agent, ctxs, msgs, behT, adv, refs,
-                                                            beta, M, s, e,
-                                                            at_ref=at_ref and steps == 0, fill=fill)
-                    if any(c[2] is None for c in refs):
-                        fill()
-                    gnorm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip))
-                    opt.step()
-                    steps += 1
-                    loss_sum += loss * M / len(seq)
-                    kl_sum += float(klv.sum())
-                    surr_sum += float(surr.sum())
-                    clip_fracs.append(ratio_clip_fraction(seq, behT[s:e], self.cfg.eps_w))
-                    bar.update(1)
-        finally:
-            bar.close()
-            model.eval()
-            if any(c[2] is None for c in refs):  # interrupted before the first minibatch filled them
-                self._ref_cache = None
-        opt.zero_grad(set_to_none=True)
-        self._bump(agent)
-        n = self.cfg.epochs * M
-        info = dict(opt_steps=steps, loss=loss_sum / max(steps, 1), kl_train=kl_sum / n,
-                    surrogate_clip=surr_sum / n, grad_norm=gnorm,
-                    lr=self.cfg.lr * float(step_scale), micro_batch=self._micro[agent],
-                    peak_memory_bytes=self.peak_memory())
-        self.last_update[agent] = info
-        return info
-
-    def _accumulate(self, agent, ctxs, msgs, behT, adv, refs, beta, M, s, e, *,
-                    at_ref: bool = False, fill=None):
-        """Gradient of minibatch ``[s, e)`` accumulated over micro-batches of the agent's
-        micro-batch size (one pass when it is the whole minibatch); on an out-of-memory error
-        the size is halved (logged) and the minibatch redone from zero gradients. Returns the
-        minibatch's ``(loss, seq_logp, kl, surr)``, detached. ``at_ref``: the adapter is at
-        the reference weights, so a micro-batch whose reference rows are still missing
-        (``[a, b, None]`` in ``refs``) takes them from its own forward and fills them in;
-        ``fill()`` computes missing rows that no micro-batch matches (after an OOM halving)."""
-        opt = self._opt[agent]
-        while True:
-            opt.zero_grad(set_to_none=True)
-            try:
-                def run(a, b):
-                    hole = next((c for c in refs if c[2] is None and (c[0], c[1]) == (a, b)), None)
-                    if any(c[2] is None and c[0] < b and a < c[1] for c in refs) and not (
-                            at_ref and hole is not None):
-                        fill()
-                        hole = None
-                    ref_mb = None if at_ref and hole is not None else \
-                        _rows(refs, a, b, _longest(msgs[a:b]))
-                    out = self._minibatch_loss(agent, ctxs[a:b], msgs[a:b], behT[a:b], adv[a:b],
-                                               ref_mb, beta, M)
-                    if ref_mb is None:
-                        hole[2] = out[4]
-                        out = out[:4]
-                    out[0].backward()
-                    return tuple(x.detach() for x in out)
-
-                parts = []
-                for a in range(s, e, self._micro[agent]):
-                    parts.append(run(a, min(a + self._micro[agent], e)))
-                loss = sum(float(p[0]) for p in parts)
-                return (loss, *(torch.cat([p[i] for p in parts]) for i in (1, 2, 3)))
-            except (RuntimeError, torch.OutOfMemoryError) as err:
-                size = self._micro[agent]
-                if not _is_oom(err) or size == 1:
-                    raise
-                self._micro[agent] = max(1, min(size, e - s) // 2)
-                log.warning("sat_llm: out of memory in the update of agent %d on %s with "
-                            "micro-batch %d; retrying with %d", agent, self.devices[agent],
-                            min(size, e - s), self._micro[agent])
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-
     @torch.no_grad()
     def kl(self, agent: int, batch: Batch, reference: AgentSnapshot) -> dict:
         """``{"kl": mean exact token-sum KL, "kl_max", "kl_sampled": mean eq. 18 estimate,
@@ -1172,70 +625,4 @@ class LLMTeam(EpisodeLoop):
                    kl_per_token=float(ex.sum() / max(n_tok, 1)))
         self.last_kl[agent] = res
         return res
-
-    # ---------------------------------------------------------------- plug-and-play
-    def new_agent(self, agent: int, kind: str, seed: int) -> AgentSnapshot:
-        """A replacement for ``agent`` on its base (plug-and-play): ``random`` — a LoRA
-        adapter with both factors drawn at random (seeded; a perturbed policy);
-        ``stronger`` — the adapter named by ``swap_from`` (``FILE[:J]``: agent ``J`` of a
-        saved team file, e.g. a longer-trained single agent), which must have this agent's
-        adapter layout."""
-        if kind == "stronger":
-            if not self.cfg.swap_from:
-                raise InputError("--swap-kind stronger on the LLM backend needs --swap-from "
-                                 "FILE[:J] (a saved team file's adapter)")
-            w = swap_adapter(self.cfg.swap_from)
-            mine = self._get_weights(agent)
-            if set(w) != set(mine) or any(w[k].shape != mine[k].shape for k in mine):
-                raise InputError(f"{self.cfg.swap_from}: adapter layout differs from agent "
-                                 f"{agent}'s (LoRA rank and targets must match)")
-            return AgentSnapshot(agent, self._agent_base[agent], w, None, -1 - int(seed))
-        if kind != "random":
-            raise InputError(f"unknown replacement kind {kind!r}; choose random or stronger")
-        gen = torch.Generator().manual_seed(int(seed))
-        w = {k: torch.randn(v.shape, generator=gen) * 0.05
-             for k, v in self._get_weights(agent).items()}
-        return AgentSnapshot(agent, self._agent_base[agent], w, None, -1 - int(seed))
-
-    def replace(self, agent: int, new: AgentSnapshot) -> None:
-        """Swap in ``new`` (adapter weights on this agent's base); fresh optimizer state."""
-        self._set_weights(agent, new.weights)
-        self._opt[agent] = self._make_opt(agent)
-        self._bump(agent)
-
-    def reset(self, agents) -> None:
-        for j in agents:
-            self._set_weights(j, self._init_weights[j])
-            self._opt[j] = self._make_opt(j)
-            self._bump(j)
-
-    def align(self, agent: int, new: AgentSnapshot, delta_align: float, form: str):
-        from .align import stage0_align
-
-        return stage0_align(self, agent, new, delta_align, form)
-
-    # ---------------------------------------------------------------- checkpoints
-    def state_dict(self) -> dict:
-        """Everything needed to continue bit-for-bit: adapters, optimizer states, RNGs,
-        counters, versions."""
-        return dict(weights=[self._get_weights(j) for j in range(self.n_agents)],
-                    optim=[self._opt[j].state_dict() for j in range(self.n_agents)],
-                    torch_rng=torch.get_rng_state(), np_rng=self.rng.bit_generator.state,
-                    rollouts=self._rollouts, version=list(self._version),
-                    version_counter=self._version_counter, eval_cache=dict(self._eval_cache),
-                    last_eval=list(getattr(self, "last_eval", [])))
-
-    def load_state_dict(self, d: dict) -> None:
-        for j in range(self.n_agents):
-            self._set_weights(j, d["weights"][j])
-            self._opt[j] = self._make_opt(j)
-            self._opt[j].load_state_dict(d["optim"][j])
-        torch.set_rng_state(d["torch_rng"])
-        self.rng.bit_generator.state = d["np_rng"]
-        self._rollouts = int(d["rollouts"])
-        self._version = list(d["version"])
-        self._version_counter = int(d["version_counter"])
-        self._eval_cache = dict(d.get("eval_cache", {}))
-        self.last_eval = list(d.get("last_eval", []))  # eval_records() of a cached evaluation
-        self._ref_cache = None
 
