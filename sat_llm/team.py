@@ -21,6 +21,9 @@ own base (heterogeneous teams, e.g. after a plug-and-play swap to another model)
   loss, and ``kl``: exact and sampled token-level KL (:mod:`sat_llm.kl`) from the
   reference snapshot to the current adapter on the agent's messages in the batch, plus the
   current per-turn log-probabilities the algorithm needs for its surrogate estimate.
+  These passes stay next to the functions they call (``generate``, ``greedy_pooled``,
+  ``score_logits``, ``sequence_kl``, ``_prefill``, ...): tests and benchmarks replace those
+  names in this module to watch or fail them.
 
 The reference policy of a KL is evaluated through a scratch adapter ``ref`` on the same
 base, into which the snapshot's weights are copied; its log-probabilities on a batch are
