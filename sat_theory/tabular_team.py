@@ -104,6 +104,91 @@ def proximal_step(p: np.ndarray, g: np.ndarray, beta: float, iters: int = 200) -
     return pi / pi.sum(axis=1, keepdims=True)
 
 
+def _rewards_to_go(rew: np.ndarray, gamma: float) -> np.ndarray:
+    """``G_t = Σ_{u≥t} γ^{u−t} r_u`` per episode (rows of ``rew``), by the backward recursion
+    ``G_t = r_t + γ G_{t+1}``, ``G_H = 0``."""
+    rtg = np.empty_like(rew)
+    acc = np.zeros(rew.shape[0])
+    for t in range(rew.shape[1] - 1, -1, -1):
+        acc = rew[:, t] + gamma * acc
+        rtg[:, t] = acc
+    return rtg
+
+
+def _draw_actions(rng, cdfs, logf, s, counts, act_mask):
+    """``a_j ∼ π^(j)(·|s)`` for every episode and agent (inverse CDF, one uniform per episode,
+    agent by agent) and ``log π^(j)(a_j|s)``; inactive agents play the no-op 0, log-prob 0."""
+    N = s.size
+    acts = np.zeros((N, len(cdfs)), np.int64)
+    logps = np.zeros((N, len(cdfs)))
+    for j, (cdf, lf) in enumerate(zip(cdfs, logf, strict=True)):
+        u = rng.random(N)
+        a = np.minimum((cdf[s] < u[:, None]).sum(axis=1), counts[j] - 1)
+        a = np.where(act_mask[:, j], a, 0)
+        acts[:, j] = a
+        logps[:, j] = np.where(act_mask[:, j], lf[s, a], 0.0)
+    return acts, logps
+
+
+def _joint_slot(mdp: FactorizedMDP, acts: np.ndarray, s: np.ndarray, counts) -> np.ndarray:
+    """Slot ``k`` of the joint actions ``acts`` (N, n): the acting agent's action
+    ``a_{turn(s)}`` (turn-taking), else the C-order ravel of ``(a_1..a_n)``."""
+    if mdp.kind == "turn":
+        return acts[np.arange(s.size), mdp.turn[s]]
+    return np.ravel_multi_index(tuple(acts[:, j] for j in range(acts.shape[1])), tuple(counts))
+
+
+def _next_states(rng, transitions, rows: np.ndarray) -> np.ndarray:
+    """``s' ∼ P(·|s,a)`` for each CSR row ``s·K + k``: inverse CDF on the row's slice of the
+    cumulated nonzeros ``cum`` (one uniform per row)."""
+    P, cum = transitions
+    start, end = P.indptr[rows], P.indptr[rows + 1]
+    base = np.where(start > 0, cum[np.maximum(start - 1, 0)], 0.0)
+    total = cum[end - 1] - base
+    idx = np.searchsorted(cum, base + rng.random(rows.size) * total, side="right")
+    idx = np.clip(idx, start, end - 1)
+    return P.indices[idx]
+
+
+def _simulate(mdp: FactorizedMDP, rng, transitions, cdfs, logf, s: np.ndarray, H: int):
+    """``H`` steps of the episodes starting at ``s`` (N,): states ``s_t`` (N, H), actions and
+    log-probs (N, H, n) and rewards ``r_t = R(s_t, a_t)`` (N, H)."""
+    N, n, K = s.size, mdp.n_agents, mdp.n_joint
+    counts = np.array(mdp.action_counts)
+    states = np.empty((N, H), np.int64)
+    acts = np.zeros((N, H, n), np.int64)
+    logps = np.zeros((N, H, n))
+    rew = np.empty((N, H))
+    for t in range(H):
+        states[:, t] = s
+        acts[:, t], logps[:, t] = _draw_actions(rng, cdfs, logf, s, counts, mdp.active[s])
+        k = _joint_slot(mdp, acts[:, t], s, counts)
+        rew[:, t] = mdp.R[s, k]
+        s = _next_states(rng, transitions, s * K + k)
+    return states, acts, logps, rew
+
+
+def _episodes(group, states, acts, logps, rtg, ret, active) -> list[Episode]:
+    """The episodes' turns in batch order (episode, then time, then agent): one per active
+    agent and step, built in one pass."""
+    e_all, t_all, j_all = np.nonzero(active)
+    turns = list(map(Turn, j_all.tolist(), states[e_all, t_all].tolist(),
+                     acts[e_all, t_all, j_all].tolist(), logps[e_all, t_all, j_all].tolist(),
+                     t_all.tolist(), rtg[e_all, t_all].tolist()))
+    N = states.shape[0]
+    bounds = np.searchsorted(e_all, np.arange(N + 1)).tolist()
+    groups, rets = group.tolist(), ret.tolist()
+    return [Episode(groups[e], turns[bounds[e]:bounds[e + 1]], rets[e]) for e in range(N)]
+
+
+def _turn_arrays(active_j, states, acts_j, logps_j, rtg) -> TurnArrays:
+    """One agent's turns as arrays (the steps where it is active, in batch order)."""
+    e_idx, t_idx = np.nonzero(active_j)
+    return TurnArrays(episode=e_idx, t=t_idx, logp=logps_j[e_idx, t_idx],
+                      reward_to_go=rtg[e_idx, t_idx], context=states[e_idx, t_idx],
+                      action=acts_j[e_idx, t_idx])
+
+
 class TabularTeam:
     """A team of softmax-logit agents on a :class:`FactorizedMDP` (module docstring)."""
 
@@ -294,67 +379,23 @@ class TabularTeam:
         return self._P_csr
 
     def _sample(self, B: int, G: int) -> Batch:
+        """``G`` episodes from each of ``B`` start states ``s_0 ∼ ρ0``, truncated at ``H``."""
         mdp, rng, H, n = self.mdp, self.rng, self.horizon, self.n_agents
-        N = B * G
-        S, K = mdp.n_states, mdp.n_joint
-        P, cum = self._transition_sampler()
-        starts = rng.choice(S, size=B, p=mdp.rho0)
-        s = np.repeat(starts, G)
-        group = np.repeat(np.arange(B), G)
-        states = np.empty((N, H), np.int64)
-        acts = np.zeros((N, H, n), np.int64)
-        logps = np.zeros((N, H, n))
-        rew = np.empty((N, H))
+        starts = rng.choice(mdp.n_states, size=B, p=mdp.rho0)
         cdfs = [np.cumsum(self.factor(j), axis=1) for j in range(n)]
         logf = [log_softmax(self.logits[j], axis=1) for j in range(n)]
-        counts = np.array(mdp.action_counts)
-        for t in range(H):
-            states[:, t] = s
-            act_mask = mdp.active[s]  # (N, n)
-            for j in range(n):
-                u = rng.random(N)
-                a = np.minimum((cdfs[j][s] < u[:, None]).sum(axis=1), counts[j] - 1)
-                a = np.where(act_mask[:, j], a, 0)
-                acts[:, t, j] = a
-                logps[:, t, j] = np.where(act_mask[:, j], logf[j][s, a], 0.0)
-            if mdp.kind == "turn":
-                k = acts[np.arange(N), t, mdp.turn[s]]
-            else:
-                k = np.ravel_multi_index(tuple(acts[:, t, j] for j in range(n)), tuple(counts))
-            rew[:, t] = mdp.R[s, k]
-            rows = s * K + k
-            start, end = P.indptr[rows], P.indptr[rows + 1]
-            base = np.where(start > 0, cum[np.maximum(start - 1, 0)], 0.0)
-            total = cum[end - 1] - base
-            idx = np.searchsorted(cum, base + rng.random(N) * total, side="right")
-            idx = np.clip(idx, start, end - 1)
-            s = P.indices[idx]
-        disc = self.gamma ** np.arange(H)
-        # rewards-to-go G_t = Σ_{u≥t} γ^{u−t} r_u (backward recursion)
-        rtg = np.empty_like(rew)
-        acc = np.zeros(N)
-        for t in range(H - 1, -1, -1):
-            acc = rew[:, t] + self.gamma * acc
-            rtg[:, t] = acc
-        ret = rew @ disc
+        states, acts, logps, rew = _simulate(mdp, rng, self._transition_sampler(), cdfs, logf,
+                                             np.repeat(starts, G), H)
+        rtg = _rewards_to_go(rew, self.gamma)
+        ret = rew @ self.gamma ** np.arange(H)
         active = mdp.active[states]  # (N, H, n)
-        # every turn in batch order (episode, then time, then agent) built in one pass
-        e_all, t_all, j_all = np.nonzero(active)
-        turns = list(map(Turn, j_all.tolist(), states[e_all, t_all].tolist(),
-                         acts[e_all, t_all, j_all].tolist(), logps[e_all, t_all, j_all].tolist(),
-                         t_all.tolist(), rtg[e_all, t_all].tolist()))
-        bounds = np.searchsorted(e_all, np.arange(N + 1)).tolist()
-        groups, rets = group.tolist(), ret.tolist()
-        episodes = [Episode(groups[e], turns[bounds[e]:bounds[e + 1]], rets[e]) for e in range(N)]
+        episodes = _episodes(np.repeat(np.arange(B), G), states, acts, logps, rtg, ret, active)
         batch = Batch(episodes, self._rollout_id, extra=dict(
             horizon=H, truncation_bias=self.truncation_bias(),
             versions=tuple(self._ver)))
         for j in range(n):
-            e_idx, t_idx = np.nonzero(active[:, :, j])
-            batch._arrays[j] = TurnArrays(
-                episode=e_idx, t=t_idx, logp=logps[e_idx, t_idx, j],
-                reward_to_go=rtg[e_idx, t_idx], context=states[e_idx, t_idx],
-                action=acts[e_idx, t_idx, j])
+            batch._arrays[j] = _turn_arrays(active[:, :, j], states, acts[:, :, j],
+                                            logps[:, :, j], rtg)
         return batch
 
     def truncation_bias(self) -> float:
