@@ -147,6 +147,115 @@ def _check_csr(P: sp.spmatrix, n_rows: int, n_states: int, what: str) -> sp.csr_
     return P
 
 
+def _factored_shape(P: np.ndarray, R: np.ndarray) -> tuple[int, tuple[int, ...]]:
+    """``S`` and the action counts ``(A_1..A_n)`` of a factored ``P`` (S, A_1..A_n, S), with
+    ``S ≥ 1``, every ``A_j ≥ 1`` and ``R`` of shape (S, A_1..A_n)."""
+    if P.ndim < 3:
+        raise InputError(f"P must have shape (S, A_1, ..., A_n, S), got ndim {P.ndim}")
+    S = P.shape[0]
+    if S == 0:
+        raise InputError("the MDP has no states (P has shape with S = 0)")
+    counts = tuple(int(a) for a in P.shape[1:-1])
+    if P.shape[-1] != S:
+        raise InputError(f"P has shape {P.shape}: first and last axes must both be S")
+    if any(a < 1 for a in counts):
+        raise InputError(f"every agent needs at least one action, got counts {counts}")
+    if R.shape != P.shape[:-1]:
+        raise InputError(f"R has shape {R.shape}, expected {P.shape[:-1]} (S, A_1, ..., A_n)")
+    return S, counts
+
+
+def _check_active(active, S: int, n: int) -> np.ndarray:
+    """``active`` (S, n) as bool (default: every agent everywhere), each state's set non-empty."""
+    if active is None:
+        active = np.ones((S, n), dtype=bool)
+    active = np.asarray(active)
+    if active.shape != (S, n):
+        raise InputError(f"active has shape {active.shape}, expected {(S, n)}")
+    if active.dtype != bool:
+        if not np.all(np.isin(active, (0, 1))):
+            raise InputError("active must be boolean (0/1)")
+        active = active.astype(bool)
+    if not np.all(active.any(axis=1)):
+        s = int(np.flatnonzero(~active.any(axis=1))[0])
+        raise InputError(f"active: state {s} has no active agent")
+    return active
+
+
+def _check_no_op(P: np.ndarray, R: np.ndarray, active: np.ndarray) -> None:
+    """Where agent ``j`` is inactive, ``P(·|s,a)`` and ``R(s,a)`` equal their ``a_j = 0`` values
+    (to ``SUM_TOL``): an inactive agent's action must not matter."""
+    for j in range(active.shape[1]):
+        idle = ~active[:, j]
+        if not idle.any():
+            continue
+        Pj = np.moveaxis(P[idle], 1 + j, 1)
+        Rj = np.moveaxis(R[idle], 1 + j, 1)
+        if np.abs(Pj - Pj[:, :1]).max() > SUM_TOL or np.abs(Rj - Rj[:, :1]).max() > SUM_TOL:
+            s = int(np.flatnonzero(idle)[0])
+            raise InputError(
+                f"P or R depends on the action of agent {j} where it is inactive (e.g. state {s})"
+            )
+
+
+def _check_rho0(rho0, S: int) -> np.ndarray:
+    """``ρ0`` as a probability vector over the ``S`` states."""
+    rho0 = check_distribution_rows(rho0, "rho0")
+    if rho0.shape != (S,):
+        raise InputError(f"rho0 has shape {rho0.shape}, expected {(S,)}")
+    return rho0
+
+
+def _turn_shape(R: np.ndarray) -> tuple[int, int]:
+    """``(S, A)`` of a turn-taking ``R`` (S, A), with ``S ≥ 1`` and ``A ≥ 1``."""
+    if R.ndim != 2:
+        raise InputError(f"R must have shape (S, A), got {R.shape}")
+    S, A = R.shape
+    if S == 0:
+        raise InputError("the MDP has no states (R has shape with S = 0)")
+    if A < 1:
+        raise InputError("turn-taking MDP needs at least one action")
+    return S, A
+
+
+def _check_n_agents(n_agents, S: int) -> int:
+    """``n ≥ 1`` agents whose per-agent tables fit the memory budget."""
+    n_arr = np.asarray(n_agents)
+    if n_arr.size != 1:
+        raise InputError(f"n_agents must be an integer, got shape {n_arr.shape}")
+    n = int(_as_index(n_arr.reshape(()), "n_agents"))
+    if n < 1:
+        raise InputError(f"n_agents must be >= 1, got {n}")
+    # per agent: a states × agents activity table (9 B per cell with its index arrays)
+    # and Python bookkeeping (action counts, factors: ~128 B)
+    check_memory(n * (9 * S + 128), f"n_agents = {n} (per-agent tables and bookkeeping)")
+    return n
+
+
+def _check_turn(turn, S: int, n: int) -> np.ndarray:
+    """``turn`` (S,) as int64 agent indices ``j(s) ∈ [0, n)``."""
+    turn = np.asarray(turn)
+    if turn.shape != (S,):
+        raise InputError(f"turn has shape {turn.shape}, expected {(S,)}")
+    turn = _as_index(turn, "turn (integer agent indices)").astype(np.int64, copy=False)
+    if turn.min() < 0 or turn.max() >= n:
+        bad = int(np.flatnonzero((turn < 0) | (turn >= n))[0])
+        raise InputError(
+            f"turn[{bad}] = {int(turn[bad])} is not an agent index in [0, {n - 1}]"
+        )
+    return turn
+
+
+def _turn_transitions(P, S: int, A: int, copy: bool) -> np.ndarray | sp.csr_matrix:
+    """Turn-taking ``P(·|s,a)``: CSR (S·A, S) if sparse, else a C-contiguous (S, A, S) array."""
+    if sp.issparse(P):
+        return _check_csr(P, S * A, S, "P")
+    P = as_real(P, "P")
+    if P.shape != (S, A, S):
+        raise InputError(f"P has shape {P.shape}, expected {(S, A, S)} (S, A, S)")
+    return np.ascontiguousarray(check_distribution_rows(P, "P", copy=copy))
+
+
 @dataclass(frozen=True, eq=False)
 class FactorizedMDP:
     """A finite discounted team MDP in state/joint-action form (see module docstring).
@@ -215,46 +324,11 @@ class FactorizedMDP:
         """
         P = as_real(P, "P")
         R = _check_finite(R, "R")
-        if P.ndim < 3:
-            raise InputError(f"P must have shape (S, A_1, ..., A_n, S), got ndim {P.ndim}")
-        S = P.shape[0]
-        if S == 0:
-            raise InputError("the MDP has no states (P has shape with S = 0)")
-        counts = tuple(int(a) for a in P.shape[1:-1])
-        if P.shape[-1] != S:
-            raise InputError(f"P has shape {P.shape}: first and last axes must both be S")
-        if any(a < 1 for a in counts):
-            raise InputError(f"every agent needs at least one action, got counts {counts}")
-        if R.shape != P.shape[:-1]:
-            raise InputError(f"R has shape {R.shape}, expected {P.shape[:-1]} (S, A_1, ..., A_n)")
+        S, counts = _factored_shape(P, R)
         P = check_distribution_rows(P, "P", copy=copy)
-        n = len(counts)
-        if active is None:
-            active = np.ones((S, n), dtype=bool)
-        active = np.asarray(active)
-        if active.shape != (S, n):
-            raise InputError(f"active has shape {active.shape}, expected {(S, n)}")
-        if active.dtype != bool:
-            if not np.all(np.isin(active, (0, 1))):
-                raise InputError("active must be boolean (0/1)")
-            active = active.astype(bool)
-        if not np.all(active.any(axis=1)):
-            s = int(np.flatnonzero(~active.any(axis=1))[0])
-            raise InputError(f"active: state {s} has no active agent")
-        for j in range(n):
-            idle = ~active[:, j]
-            if not idle.any():
-                continue
-            Pj = np.moveaxis(P[idle], 1 + j, 1)
-            Rj = np.moveaxis(R[idle], 1 + j, 1)
-            if np.abs(Pj - Pj[:, :1]).max() > SUM_TOL or np.abs(Rj - Rj[:, :1]).max() > SUM_TOL:
-                s = int(np.flatnonzero(idle)[0])
-                raise InputError(
-                    f"P or R depends on the action of agent {j} where it is inactive (e.g. state {s})"
-                )
-        rho0 = check_distribution_rows(rho0, "rho0")
-        if rho0.shape != (S,):
-            raise InputError(f"rho0 has shape {rho0.shape}, expected {(S,)}")
+        active = _check_active(active, S, len(counts))
+        _check_no_op(P, R, active)
+        rho0 = _check_rho0(rho0, S)
         K = int(np.prod(counts))
         return cls(
             kind="factored",
@@ -276,41 +350,11 @@ class FactorizedMDP:
         ``copy=False`` lets the MDP keep a valid float64 dense ``P`` as given.
         """
         R = _check_finite(R, "R")
-        if R.ndim != 2:
-            raise InputError(f"R must have shape (S, A), got {R.shape}")
-        S, A = R.shape
-        if S == 0:
-            raise InputError("the MDP has no states (R has shape with S = 0)")
-        if A < 1:
-            raise InputError("turn-taking MDP needs at least one action")
-        n_arr = np.asarray(n_agents)
-        if n_arr.size != 1:
-            raise InputError(f"n_agents must be an integer, got shape {n_arr.shape}")
-        n = int(_as_index(n_arr.reshape(()), "n_agents"))
-        if n < 1:
-            raise InputError(f"n_agents must be >= 1, got {n}")
-        # per agent: a states × agents activity table (9 B per cell with its index arrays)
-        # and Python bookkeeping (action counts, factors: ~128 B)
-        check_memory(n * (9 * S + 128), f"n_agents = {n} (per-agent tables and bookkeeping)")
-        turn = np.asarray(turn)
-        if turn.shape != (S,):
-            raise InputError(f"turn has shape {turn.shape}, expected {(S,)}")
-        turn = _as_index(turn, "turn (integer agent indices)").astype(np.int64, copy=False)
-        if turn.min() < 0 or turn.max() >= n:
-            bad = int(np.flatnonzero((turn < 0) | (turn >= n))[0])
-            raise InputError(
-                f"turn[{bad}] = {int(turn[bad])} is not an agent index in [0, {n - 1}]"
-            )
-        if sp.issparse(P):
-            P = _check_csr(P, S * A, S, "P")
-        else:
-            P = as_real(P, "P")
-            if P.shape != (S, A, S):
-                raise InputError(f"P has shape {P.shape}, expected {(S, A, S)} (S, A, S)")
-            P = np.ascontiguousarray(check_distribution_rows(P, "P", copy=copy))
-        rho0 = check_distribution_rows(rho0, "rho0")
-        if rho0.shape != (S,):
-            raise InputError(f"rho0 has shape {rho0.shape}, expected {(S,)}")
+        S, A = _turn_shape(R)
+        n = _check_n_agents(n_agents, S)
+        turn = _check_turn(turn, S, n)
+        P = _turn_transitions(P, S, A, copy)
+        rho0 = _check_rho0(rho0, S)
         active = np.zeros((S, n), dtype=bool)
         active[np.arange(S), turn] = True
         return cls(
