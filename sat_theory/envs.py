@@ -83,47 +83,80 @@ def random_mdp(n_states: int, n_agents: int, n_actions: int | tuple[int, ...] = 
     if n_states < 1 or n_agents < 1:
         raise InputError("n_states and n_agents must be >= 1")
     rng = np.random.default_rng(seed)
-    S, n = n_states, n_agents
-    what = f"a random {layout} MDP with {S} states"
+    draw = dict(successors=successors, concentration=concentration, reward_scale=reward_scale)
     if layout == "turn":
-        if not isinstance(n_actions, int | np.integer):
-            raise InputError("turn-taking MDPs give every agent the same number of actions")
-        A = int(n_actions)
-        check_memory(12 * S * A * min(successors or 5, S) if sparse else 8 * S * A * S, what)
-        turn = np.arange(S) % n if S >= n else rng.integers(0, n, size=S)
-        rng.shuffle(turn)
-        R = rng.uniform(-reward_scale, reward_scale, size=(S, A))
-        rho0 = rng.dirichlet(np.ones(S))
-        if sparse:
-            k = min(successors or 5, S)
-            idx = _successor_indices(rng, S * A, S, k)
-            w = rng.dirichlet(np.full(k, concentration), size=S * A)
-            indptr = np.arange(0, S * A * k + 1, k)
-            P = sp.csr_matrix((w.ravel(), idx.ravel(), indptr), shape=(S * A, S))
-        else:
-            P = _rows(rng, S * A, S, successors, concentration).reshape(S, A, S)
-        return FactorizedMDP.turn_taking(P, R, turn, n, rho0, gamma, name=f"random-turn-{seed}")
+        P, R, turn, rho0 = _random_turn(rng, n_states, n_agents, n_actions, sparse=sparse, **draw)
+        return FactorizedMDP.turn_taking(P, R, turn, n_agents, rho0, gamma,
+                                         name=f"random-turn-{seed}")
     if sparse:
         raise InputError("sparse random MDPs are turn-taking only (layout='turn')")
+    P, R, rho0 = _random_factored(rng, n_states, _action_counts(n_actions, n_agents),
+                                  f"a random {layout} MDP with {n_states} states", **draw)
+    active = _mask_inactive(rng, P, R) if layout == "masked" else None
+    return FactorizedMDP.factored(P, R, rho0, gamma, active, name=f"random-{layout}-{seed}")
+
+
+def _action_counts(n_actions, n: int) -> tuple[int, ...]:
+    """``(A_1..A_n)``: one count for every agent, or one per agent."""
     counts = (int(n_actions),) * n if isinstance(n_actions, int | np.integer) else tuple(n_actions)
     if len(counts) != n:
         raise InputError(f"n_actions has {len(counts)} entries for {n} agents")
+    return counts
+
+
+def _random_turn(rng, S: int, n: int, n_actions, *, sparse: bool, successors: int | None,
+                 concentration: float, reward_scale: float):
+    """``(P, R, turn, ρ0)`` of a random turn-taking MDP: every agent acts at ``⌊S/n⌋`` or more
+    states when ``S ≥ n`` (a shuffled round robin), else at uniformly random ones."""
+    if not isinstance(n_actions, int | np.integer):
+        raise InputError("turn-taking MDPs give every agent the same number of actions")
+    A = int(n_actions)
+    k = min(successors or 5, S)
+    check_memory(12 * S * A * k if sparse else 8 * S * A * S,
+                 f"a random turn MDP with {S} states")
+    turn = np.arange(S) % n if S >= n else rng.integers(0, n, size=S)
+    rng.shuffle(turn)
+    R = rng.uniform(-reward_scale, reward_scale, size=(S, A))
+    rho0 = rng.dirichlet(np.ones(S))
+    if sparse:
+        P = _sparse_rows(rng, S * A, S, k, concentration)
+    else:
+        P = _rows(rng, S * A, S, successors, concentration).reshape(S, A, S)
+    return P, R, turn, rho0
+
+
+def _sparse_rows(rng, n_rows: int, S: int, k: int, concentration: float) -> sp.csr_matrix:
+    """(n_rows, S) CSR transition rows, each Dirichlet over ``k`` distinct random successors."""
+    idx = _successor_indices(rng, n_rows, S, k)
+    w = rng.dirichlet(np.full(k, concentration), size=n_rows)
+    indptr = np.arange(0, n_rows * k + 1, k)
+    return sp.csr_matrix((w.ravel(), idx.ravel(), indptr), shape=(n_rows, S))
+
+
+def _random_factored(rng, S: int, counts: tuple[int, ...], what: str, *,
+                     successors: int | None, concentration: float, reward_scale: float):
+    """``(P, R, ρ0)`` of a random factored MDP: ``P`` (S, A_1..A_n, S), ``R`` (S, A_1..A_n)."""
     K = int(np.prod(counts, dtype=np.float64))
     check_memory(8 * S * K * S, what)
     P = _rows(rng, S * K, S, successors, concentration).reshape((S, *counts, S))
     R = rng.uniform(-reward_scale, reward_scale, size=(S, *counts))
     rho0 = rng.dirichlet(np.ones(S))
-    active = None
-    if layout == "masked":
-        active = rng.random((S, n)) < 0.6
-        empty = ~active.any(axis=1)
-        active[empty, rng.integers(0, n, size=int(empty.sum()))] = True
-        # inactive agents' actions must not matter: copy the a_j = 0 slice over the axis
-        for j in range(n):
-            idle = ~active[:, j]
-            P[idle] = np.take(P[idle], [0], axis=1 + j)
-            R[idle] = np.take(R[idle], [0], axis=1 + j)
-    return FactorizedMDP.factored(P, R, rho0, gamma, active, name=f"random-{layout}-{seed}")
+    return P, R, rho0
+
+
+def _mask_inactive(rng, P: np.ndarray, R: np.ndarray) -> np.ndarray:
+    """A random masked layout: each agent active w.p. 0.6 per state (one random agent where none
+    is), and ``P``, ``R`` made independent of inactive agents' actions, in place."""
+    S, n = R.shape[0], R.ndim - 1
+    active = rng.random((S, n)) < 0.6
+    empty = ~active.any(axis=1)
+    active[empty, rng.integers(0, n, size=int(empty.sum()))] = True
+    # inactive agents' actions must not matter: copy the a_j = 0 slice over the axis
+    for j in range(n):
+        idle = ~active[:, j]
+        P[idle] = np.take(P[idle], [0], axis=1 + j)
+        R[idle] = np.take(R[idle], [0], axis=1 + j)
+    return active
 
 
 # ------------------------------------------------------------------ named MDPs
