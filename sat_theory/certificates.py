@@ -156,14 +156,7 @@ def stage_certificate(mdp: FactorizedMDP, current: TeamPolicy, target: TeamPolic
     if advantages is not None and len(advantages) != n:
         raise InputError(f"advantages must have one (S, K) array per step ({n}), got {len(advantages)}")
     f_exact = [expected_advantage(evaluations[i].pi, evaluations[i - 1].A) for i in range(1, n + 1)]
-    f_hat = (f_exact if advantages is None else
-             [expected_advantage(evaluations[i].pi, np.asarray(advantages[i - 1], dtype=np.float64))
-              for i in range(1, n + 1)])
-    if zeta is None:
-        zeta = np.array([float(np.abs(fh - f).max()) for fh, f in zip(f_hat, f_exact, strict=True)])
-    zeta = np.asarray(zeta, dtype=np.float64)
-    if zeta.shape != (n,):
-        raise InputError(f"zeta must have one entry per step ({n}), got shape {zeta.shape}")
+    f_hat, zeta = _estimated_surrogates(evaluations, f_exact, advantages, zeta)
     ev0 = evaluations[0]
     steps = []
     for i, j in enumerate(order, start=1):
@@ -187,6 +180,22 @@ def stage_certificate(mdp: FactorizedMDP, current: TeamPolicy, target: TeamPolic
         ))
         steps[-1].holds = holds(steps[-1].true_gain, steps[-1].bound)
     return _assemble(order, steps, g, ev0.J, evaluations[-1].J)
+
+
+def _estimated_surrogates(evaluations: list[Evaluation], f_exact: list[np.ndarray], advantages,
+                          zeta) -> tuple[list[np.ndarray], np.ndarray]:
+    """``(f̂_i, ζ_i)`` per step: ``f̂_i(s) = E_{a∼π̂^i} Â_{i−1}(s,a)`` (the exact ``f_i`` without
+    ``advantages``) and ``ζ`` as given, by default the smallest valid ``max_s |f̂_i − f_i|``."""
+    n = len(f_exact)
+    f_hat = (f_exact if advantages is None else
+             [expected_advantage(evaluations[i].pi, np.asarray(advantages[i - 1], dtype=np.float64))
+              for i in range(1, n + 1)])
+    if zeta is None:
+        zeta = np.array([float(np.abs(fh - f).max()) for fh, f in zip(f_hat, f_exact, strict=True)])
+    zeta = np.asarray(zeta, dtype=np.float64)
+    if zeta.shape != (n,):
+        raise InputError(f"zeta must have one entry per step ({n}), got shape {zeta.shape}")
+    return f_hat, zeta
 
 
 def _expect(d: np.ndarray, x: np.ndarray) -> float:
