@@ -500,40 +500,55 @@ def plot_n_scaling(df: pd.DataFrame, fits: pd.DataFrame, metrics: list[str],
             ax = axes[r, c]
             d = df[(df.layout == lay) & (df.metric == met)]
             for m in [x for x in _methods_in(d) if x != "analytic"]:
-                g = d[d.method == m].sort_values("n")
-                f = fits[(fits.layout == lay) & (fits.method == m) & (fits.metric == met)]
-                alpha = float(f.exponent.iloc[0]) if len(f) else math.nan
-                # ±std, the lower bar clipped above 0 so it stays drawable on a log axis
-                lower = np.minimum(g["std"], 0.95 * g["mean"])
-                ax.errorbar(g.n, g["mean"], yerr=[lower, g["std"]], color=method_color(m), marker="o",
-                            ms=4, lw=0, elinewidth=1, capsize=2,
-                            label=rf"{method_label(m)}: $\alpha$ = {alpha:.2f}")
-                if len(f) and np.isfinite(alpha):
-                    xs = np.linspace(g.n.min(), g.n.max(), 50)
-                    ax.plot(xs, float(f.prefactor.iloc[0]) * xs ** alpha, color=method_color(m), lw=1.2)
-            for k, (name, shape) in enumerate(((r"n\sqrt{\delta}", lambda n: n),
-                                               (r"n(n+1)\sqrt{\delta}/2", lambda n: n * (n + 1) / 2))):
-                g = d[d.method != "analytic"]
-                if g.empty:
-                    continue
-                n0 = g.n.min()
-                y0 = g[g.n == n0]["mean"].max()
-                xs = np.linspace(g.n.min(), g.n.max(), 50)
-                ax.plot(xs, y0 * shape(xs) / shape(n0), color="0.5", lw=1,
-                        ls=["--", ":"][k], label=rf"$\propto {name}$ (through $n$ = {n0:g})")
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            ns = sorted(d.n.unique())
-            ax.set_xticks(ns, [f"{x:g}" for x in ns])
-            ax.minorticks_off()
-            ax.set_xlabel(r"team size $n$ (agents)")
-            ax.set_ylabel(metric_labels.get(met, met))
-            ax.set_title(f"{layout_labels.get(lay, lay)}", fontsize=10)
-            note_overlaps(ax)
-            ax.legend(frameon=False, fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.2),
-                      ncol=1)
+                _plot_power_law(ax, d[d.method == m].sort_values("n"), m,
+                                fits[(fits.layout == lay) & (fits.method == m) & (fits.metric == met)])
+            _plot_penalty_shapes(ax, d[d.method != "analytic"])
+            _n_scaling_axes(ax, sorted(d.n.unique()), metric_labels.get(met, met),
+                            layout_labels.get(lay, lay))
     fig.tight_layout()
     return fig
+
+
+def _plot_power_law(ax, g: pd.DataFrame, method: str, fit: pd.DataFrame) -> None:
+    """One method's mean ± std against ``n`` and its fitted ``prefactor · n^α`` (α in the legend;
+    NaN without a fit)."""
+    alpha = float(fit.exponent.iloc[0]) if len(fit) else math.nan
+    # ±std, the lower bar clipped above 0 so it stays drawable on a log axis
+    lower = np.minimum(g["std"], 0.95 * g["mean"])
+    ax.errorbar(g.n, g["mean"], yerr=[lower, g["std"]], color=method_color(method), marker="o",
+                ms=4, lw=0, elinewidth=1, capsize=2,
+                label=rf"{method_label(method)}: $\alpha$ = {alpha:.2f}")
+    if len(fit) and np.isfinite(alpha):
+        xs = np.linspace(g.n.min(), g.n.max(), 50)
+        ax.plot(xs, float(fit.prefactor.iloc[0]) * xs ** alpha, color=method_color(method), lw=1.2)
+
+
+def _plot_penalty_shapes(ax, g: pd.DataFrame) -> None:
+    """The analytic penalty shapes ``n√δ`` (intermediate occupancy) and ``n(n+1)√δ/2`` (stale),
+    scaled through the largest mean at the smallest ``n`` of the measured rows ``g``."""
+    if g.empty:
+        return
+    n0 = g.n.min()
+    y0 = g[g.n == n0]["mean"].max()
+    xs = np.linspace(g.n.min(), g.n.max(), 50)
+    for k, (name, shape) in enumerate(((r"n\sqrt{\delta}", lambda n: n),
+                                       (r"n(n+1)\sqrt{\delta}/2", lambda n: n * (n + 1) / 2))):
+        ax.plot(xs, y0 * shape(xs) / shape(n0), color="0.5", lw=1,
+                ls=["--", ":"][k], label=rf"$\propto {name}$ (through $n$ = {n0:g})")
+
+
+def _n_scaling_axes(ax, ns: list, ylabel: str, title: str) -> None:
+    """Log-log axes with the team sizes ``ns`` as ticks, labels, and the legend under the panel."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(ns, [f"{x:g}" for x in ns])
+    ax.minorticks_off()
+    ax.set_xlabel(r"team size $n$ (agents)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{title}", fontsize=10)
+    note_overlaps(ax)
+    ax.legend(frameon=False, fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+              ncol=1)
 
 
 def plot_violation_rate(df: pd.DataFrame, fit: dict, *, ax=None):
