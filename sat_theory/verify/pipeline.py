@@ -114,18 +114,9 @@ def file_round_trip(*, quick: bool = False, seed: int = 0,
         mdp_path, pol_path = os.path.join(tmp, "mdp.npz"), os.path.join(tmp, "pol.npz")
         for kind, mdp in layout_mdps(seed + 21, count(quick, 2, 6)):
             pol = random_policy(mdp, rng)
-            mdp.save(mdp_path)
-            pol.save(pol_path)
-            if mutation == "drop_mask":
-                with np.load(mdp_path) as z:
-                    arrays = {k: z[k] for k in z.files if k != "active"}
-                save_npz_atomic(mdp_path, arrays)
-            loaded = FactorizedMDP.load(mdp_path)
-            lpol = TeamPolicy.load(pol_path, loaded)
-            ref = mdp
-            if mutation == "perturb_loaded":
-                ref = FactorizedMDP(**{f: getattr(mdp, f) for f in mdp.__dataclass_fields__}
-                                    | {"R": mdp.R * (1 + 1e-9)})
+            loaded, lpol = _save_and_load(mdp, pol, mdp_path, pol_path,
+                                          drop_mask=mutation == "drop_mask")
+            ref = _shift_rewards(mdp, 1e-9) if mutation == "perturb_loaded" else mdp
             ev, ev2 = evaluate(ref, pol), evaluate(loaded, lpol)
             same = (loaded.kind == mdp.kind and loaded.n_agents == mdp.n_agents
                     and np.array_equal(loaded.active, mdp.active))
@@ -138,9 +129,7 @@ def file_round_trip(*, quick: bool = False, seed: int = 0,
             if rc != 0:
                 T.record(False, -np.inf, None, f"{kind}: sat eval exit {rc}: {errtxt.strip()}")
                 continue
-            got = json.loads(out)
-            cli_err = max(float(np.abs(np.asarray(got[k]) - getattr(ev, k)).max() /
-                                (1 + np.abs(getattr(ev, k)).max())) for k in ("J", "V", "d"))
+            cli_err = _cli_eval_error(json.loads(out), ev)
             T.record(cli_err <= ROUND_TRIP_TOL, 0.0 - cli_err, None,
                      f"{kind}: sat eval --json differs from the in-memory evaluation by {cli_err:.3g}")
     return T.result(name, [
@@ -148,6 +137,33 @@ def file_round_trip(*, quick: bool = False, seed: int = 0,
         + f"; largest relative difference after save → load → evaluate {worst:.2g} "
         f"(tolerance {ROUND_TRIP_TOL:g}); sat eval --json agrees",
     ], tightness=False)
+
+
+def _save_and_load(mdp: FactorizedMDP, pol: TeamPolicy, mdp_path: str, pol_path: str, *,
+                   drop_mask: bool = False) -> tuple[FactorizedMDP, TeamPolicy]:
+    """``mdp`` and ``pol`` saved to the two paths and loaded back; ``drop_mask`` deletes the
+    saved ``active`` array in between (the ``drop_mask`` mutation)."""
+    mdp.save(mdp_path)
+    pol.save(pol_path)
+    if drop_mask:
+        with np.load(mdp_path) as z:
+            arrays = {k: z[k] for k in z.files if k != "active"}
+        save_npz_atomic(mdp_path, arrays)
+    loaded = FactorizedMDP.load(mdp_path)
+    return loaded, TeamPolicy.load(pol_path, loaded)
+
+
+def _shift_rewards(mdp: FactorizedMDP, rel: float) -> FactorizedMDP:
+    """``mdp`` with rewards ``R·(1 + rel)`` (the ``perturb_loaded`` mutation)."""
+    return FactorizedMDP(**{f: getattr(mdp, f) for f in mdp.__dataclass_fields__}
+                         | {"R": mdp.R * (1 + rel)})
+
+
+def _cli_eval_error(got: dict, ev) -> float:
+    """Largest ``max|x − y|/(1 + max|y|)`` over ``J, V, d`` of ``sat eval --json``'s output
+    ``got`` and the evaluation ``ev``."""
+    return max(float(np.abs(np.asarray(got[k]) - getattr(ev, k)).max() /
+                     (1 + np.abs(getattr(ev, k)).max())) for k in ("J", "V", "d"))
 
 
 #: a row sum this far from 1 (far above SUM_TOL) must be refused
@@ -227,17 +243,12 @@ def input_validation(*, quick: bool = False, seed: int = 0,
         mp, pp = os.path.join(tmp, "bad_mdp.npz"), os.path.join(tmp, "bad_pol.npz")
         for kind, mdp in layout_mdps(seed + 22, count(quick, 1, 3)):
             pol = random_policy(mdp, rng)
-            variants = ([(v, "negative", "an entry −0.25 (row sum 1)") for v in negative_variants(mdp, pol, rng)]
-                        + [(v, "sum", f"a row summing to 1 + {SUM_OFF:g}")
-                           for v in negative_variants(mdp, pol, rng, sum_off=True)])
-            for (what, marr, parr), word, how in variants:
+            for (what, marr, parr), word, how in _invalid_files(mdp, pol, rng):
                 save_npz_atomic(mp, marr)
                 save_npz_atomic(pp, parr)
-                try:
-                    TeamPolicy.load(pp, FactorizedMDP.load(mp))
-                    refused = mutation == "accept_clipped"
-                except InputError as e:
-                    refused = word in str(e) and mutation != "accept_clipped"
+                refusal = _load_error(mp, pp)
+                clipped = mutation == "accept_clipped"  # counts a load as a refusal
+                refused = clipped if refusal is None else word in refusal and not clipped
                 rc, out, err = _cli(["eval", mp, "--policy", pp])
                 line = err.strip()
                 cli_ok = (rc == 2 and line.count("\n") == 0 and line.startswith("sat eval: error:")
@@ -247,20 +258,8 @@ def input_validation(*, quick: bool = False, seed: int = 0,
                          f"sat eval exit {rc} {line[:120]!r}")
                 seen.add(what.split()[0])
                 refusals += refused and cli_ok
-            # roundoff-sized negatives are float32 noise: accepted (and clipped to 0)
-            tiny = {f"pi_{j}": f.copy() for j, f in enumerate(pol.factors)}
-            act0 = np.flatnonzero(mdp.active[:, 0])
-            s = int(act0[0]) if act0.size else 0
-            hi, lo = int(np.argmax(tiny["pi_0"][s])), int(np.argmin(tiny["pi_0"][s]))
-            if act0.size and hi != lo:
-                tiny["pi_0"][s, hi] += tiny["pi_0"][s, lo] + 0.1 * SUM_TOL
-                tiny["pi_0"][s, lo] = -0.1 * SUM_TOL
-                save_npz_atomic(pp, tiny)
-                mdp.save(mp)
-                try:
-                    ok = bool(TeamPolicy.load(pp, FactorizedMDP.load(mp)).factors[0].min() >= 0)
-                except InputError:
-                    ok = False
+            ok = _roundoff_negative_accepted(mdp, pol, mp, pp)
+            if ok is not None:
                 T.record(ok, 0.0 if ok else -1.0, None,
                          f"{kind}: an entry −{0.1 * SUM_TOL:g} (within SUM_TOL) was not accepted")
                 accepted += ok
@@ -270,6 +269,44 @@ def input_validation(*, quick: bool = False, seed: int = 0,
         f"{', '.join(sorted(seen))}); {accepted} files with an "
         f"entry −{0.1 * SUM_TOL:g} (within SUM_TOL = {SUM_TOL:g}) accepted and clipped to 0",
     ], tightness=False)
+
+
+def _invalid_files(mdp: FactorizedMDP, pol: TeamPolicy, rng) -> list[tuple[tuple, str, str]]:
+    """``(variant, word, how)``: every :func:`negative_variants` file (the refusal must say
+    ``"negative"``), then every ``sum_off`` one (it must say ``"sum"``)."""
+    return ([(v, "negative", "an entry −0.25 (row sum 1)") for v in negative_variants(mdp, pol, rng)]
+            + [(v, "sum", f"a row summing to 1 + {SUM_OFF:g}")
+               for v in negative_variants(mdp, pol, rng, sum_off=True)])
+
+
+def _load_error(mdp_path: str, pol_path: str) -> str | None:
+    """The :class:`InputError` message of loading the MDP and policy files; ``None`` if they load."""
+    try:
+        TeamPolicy.load(pol_path, FactorizedMDP.load(mdp_path))
+    except InputError as e:
+        return str(e)
+    return None
+
+
+def _roundoff_negative_accepted(mdp: FactorizedMDP, pol: TeamPolicy, mdp_path: str,
+                                pol_path: str) -> bool | None:
+    """Whether a policy with one entry ``−0.1·SUM_TOL`` (float32 roundoff; its row still sums
+    to 1) at agent 0's first active state loads, clipped to 0; ``None`` when agent 0 acts
+    nowhere or its row there is constant."""
+    tiny = {f"pi_{j}": f.copy() for j, f in enumerate(pol.factors)}
+    act0 = np.flatnonzero(mdp.active[:, 0])
+    s = int(act0[0]) if act0.size else 0
+    hi, lo = int(np.argmax(tiny["pi_0"][s])), int(np.argmin(tiny["pi_0"][s]))
+    if not (act0.size and hi != lo):
+        return None
+    tiny["pi_0"][s, hi] += tiny["pi_0"][s, lo] + 0.1 * SUM_TOL
+    tiny["pi_0"][s, lo] = -0.1 * SUM_TOL
+    save_npz_atomic(pol_path, tiny)
+    mdp.save(mdp_path)
+    try:
+        return bool(TeamPolicy.load(pol_path, FactorizedMDP.load(mdp_path)).factors[0].min() >= 0)
+    except InputError:
+        return False
 
 
 @check("batched_equals_loop", "docs/theory.md §8 (exact evaluation of docs/theory.md §2)", SECTION,
