@@ -194,30 +194,13 @@ def naive_reuse_counterexample(*, quick: bool = False, seed: int = 0,
     check_mutation(mutation, name)
     T = Tally()
     findings = []
-    found = []
-    path = naive_reuse_path()
-    if os.path.exists(path):
-        found.append(("saved", load_naive_reuse(path)))
-    if not quick or not found:
-        r = find_naive_reuse(seed, tries=600)
-        if r is not None:
-            found.append(("search", r[:5]))
+    found = _candidates(quick, seed)
     for src, (mdp, cur, naive, seq, order) in found:
         v = verify_naive_reuse(mdp, cur, naive, seq, order)
-        ok = _is_counterexample(v)
-        if mutation == "require_seq_drop":
-            ok = ok and v["seq_dJ"] < 0
-        elif mutation == "stale_advantage_claim":
-            ok = ok and v["naive_stale_bound"] > 0
         T.cases += 1
         T.slacks.append(-v["naive_dJ"])
-        T._note(ok, f"{src} candidate not a counterexample: {v}")
-        findings.append(
-            f"{src}: {mdp.describe()}, order {order}: naive L_stale "
-            f"{np.round(v['naive_L_stale'], 5).tolist()} (all > 0) but ΔJ = {v['naive_dJ']:.5g}; "
-            f"intermediate updates with δ^max ≤ {np.round(v['naive_delta_max'], 4).tolist()} "
-            f"gain {np.round(v['seq_gains'], 5).tolist()} (ΔJ = {v['seq_dJ']:.5g}); naive stage's "
-            f"stale certificate {v['naive_stale_bound']:.4g} ≤ ΔJ (bounds hold: {v['naive_holds']})")
+        T._note(_claims_hold(v, mutation), f"{src} candidate not a counterexample: {v}")
+        findings.append(_candidate_finding(src, mdp, order, v))
     if not found:
         T.cases += 1
         T._note(False, "no counterexample found")
@@ -237,6 +220,42 @@ def naive_reuse_counterexample(*, quick: bool = False, seed: int = 0,
         "at states the stale rollouts rarely visit, which trust-region steps on the stale "
         "surrogate do not produce.")
     return T.result(name, findings, tightness=False)
+
+
+def _candidates(quick: bool, seed: int) -> list[tuple[str, tuple]]:
+    """``(source, (mdp, current, naive, seq, order))``: the saved counterexample, and (full mode,
+    or none saved) the one :func:`find_naive_reuse` finds, if any."""
+    found = []
+    path = naive_reuse_path()
+    if os.path.exists(path):
+        found.append(("saved", load_naive_reuse(path)))
+    if not quick or not found:
+        r = find_naive_reuse(seed, tries=600)
+        if r is not None:
+            found.append(("search", r[:5]))
+    return found
+
+
+def _claims_hold(v: dict, mutation: str | None) -> bool:
+    """Whether :func:`verify_naive_reuse`'s terms ``v`` show a counterexample, with the
+    mutation's false claim added (it must then fail)."""
+    ok = _is_counterexample(v)
+    if mutation == "require_seq_drop":
+        ok = ok and v["seq_dJ"] < 0
+    elif mutation == "stale_advantage_claim":
+        ok = ok and v["naive_stale_bound"] > 0
+    return ok
+
+
+def _candidate_finding(src: str, mdp, order, v: dict) -> str:
+    """One candidate's finding: the naive stage's ``L_i^stale`` and ``ΔJ``, the intermediate
+    updates' gains within the same ``δ_i^max``, and the naive stage's stale certificate."""
+    return (
+        f"{src}: {mdp.describe()}, order {order}: naive L_stale "
+        f"{np.round(v['naive_L_stale'], 5).tolist()} (all > 0) but ΔJ = {v['naive_dJ']:.5g}; "
+        f"intermediate updates with δ^max ≤ {np.round(v['naive_delta_max'], 4).tolist()} "
+        f"gain {np.round(v['seq_gains'], 5).tolist()} (ΔJ = {v['seq_dJ']:.5g}); naive stage's "
+        f"stale certificate {v['naive_stale_bound']:.4g} ≤ ΔJ (bounds hold: {v['naive_holds']})")
 
 
 def naive_reuse_by_training(stages: int = 3, delta: float = 2.0, p: float = 0.9) -> dict:
