@@ -64,6 +64,9 @@ _EXPLORE = ("no_sqrt",)
 
 def _single_step(name: str, form: str, *, quick: bool, seed: int,
                  mutation: str | None) -> CheckResult:
+    """Every step of the single-step cases: ``ΔJ_i ≥ L_i − c_i √rad − ζ_i/(1−γ)`` with the
+    radius ``rad = δ_i`` (``form="expected"``) or ``δ_i^max``; the shared body of
+    :func:`single_step_bound` and :func:`single_step_bound_max_kl`."""
     rng = np.random.default_rng([seed, 15])
     T = Tally()
     shares, positive, elem_fail, elem_tighter, flip_fail = [], 0, 0, 0, 0
@@ -76,44 +79,66 @@ def _single_step(name: str, form: str, *, quick: bool, seed: int,
             rad = st.delta if form == "expected" else st.delta_max
             cc = penalty_constant(g, st.A_max)
             L = st.L_stale if mutation == "stale_occupancy" else st.L_seq
-            pen = {"no_penalty": 0.0, "halve_penalty": 0.5 * cc * math.sqrt(rad),
-                   "no_sqrt": cc * rad, "drop_horizon": (1 - g) * cc * math.sqrt(rad)
-                   }.get(mutation, cc * math.sqrt(rad))
-            # elementary bound: ΔJ ≥ L − 2‖f_i‖∞/(1−γ) with ‖f_i‖∞ ≤ 2 TV^max A_max ≤ √2 A_max √δ^max
-            elem = st.L_seq - 2 * SQ2 * st.A_max * math.sqrt(st.delta_max) / (1 - g)
+            bound = L - _step_penalty(cc, rad, g, mutation) - st.zeta / (1 - g)
+            elem = _elementary_bound(st, g)
             elem_fail += not (st.true_gain >= elem - HOLD_TOL * (1 + abs(elem)))
             elem_tighter += elem > st.bound_max
-            bound = L - pen - st.zeta / (1 - g)
             if mutation is None:  # this check's formula and the certificate module agree
                 ref = st.bound if form == "expected" else st.bound_max
                 if abs(bound - ref) > 1e-9 * (1 + abs(bound)):
                     T._note(False, f"{c.label}: bound {bound:.10g} != certificate {ref:.10g}")
             # flipped KL direction KL_s(π_tar‖π_cur) as the radius (a finding, not a mutation)
-            j = order[st.step - 1]
-            fk = factor_kl(c.mdp, c.target.factors[j], c.current.factors[j], j)
-            act = c.mdp.active[:, j]
-            frad = (expect(evs[st.step - 1].d, fk) if form == "expected"
-                    else (float(fk[act].max()) if act.any() else 0.0))
-            fb = st.L_seq - cc * math.sqrt(frad) - st.zeta / (1 - g)
+            fb = st.L_seq - cc * math.sqrt(_flipped_radius(c, evs, order, st, form)) - st.zeta / (1 - g)
             flip_fail += not (st.true_gain >= fb - HOLD_TOL * (1 + abs(fb)))
             T.lower(st.true_gain, bound, f"{c.label} order={order} step {st.step}")
             positive += bound > 0
             shares.append((g, st.L_seq - st.true_gain, cc * math.sqrt(rad)))
-    return T.result(name, [
+    return T.result(name, _single_step_findings(shares, positive, T.cases, flip_fail, elem_fail,
+                                                elem_tighter))
+
+
+def _step_penalty(cc: float, rad: float, g: float, mutation: str | None) -> float:
+    """The step penalty ``c_i √rad``, or the mutation's wrong one."""
+    return {"no_penalty": 0.0, "halve_penalty": 0.5 * cc * math.sqrt(rad),
+            "no_sqrt": cc * rad, "drop_horizon": (1 - g) * cc * math.sqrt(rad)
+            }.get(mutation, cc * math.sqrt(rad))
+
+
+def _elementary_bound(st, g: float) -> float:
+    """``L_i^seq − 2√2 A_max,i √δ_i^max/(1−γ)`` (docs/theory.md §4.3, note 3): ``ΔJ ≥ L −
+    2‖f_i‖∞/(1−γ)`` with ``‖f_i‖∞ ≤ 2 TV^max A_max ≤ √2 A_max √δ^max``."""
+    return st.L_seq - 2 * SQ2 * st.A_max * math.sqrt(st.delta_max) / (1 - g)
+
+
+def _flipped_radius(c: Case, evs, order, st, form: str) -> float:
+    """The step's radius with the KL direction flipped, ``KL_s(π_tar^j‖π_cur^j)``: expected under
+    ``d^{i−1}`` (``form="expected"``) or its maximum over the states where ``j`` is active."""
+    j = order[st.step - 1]
+    fk = factor_kl(c.mdp, c.target.factors[j], c.current.factors[j], j)
+    act = c.mdp.active[:, j]
+    return (expect(evs[st.step - 1].d, fk) if form == "expected"
+            else (float(fk[act].max()) if act.any() else 0.0))
+
+
+def _single_step_findings(shares, positive: int, n_steps: int, flip_fail: int, elem_fail: int,
+                          elem_tighter: int) -> list[str]:
+    """The findings: the share of the penalty used by γ, the non-vacuous steps, the flipped KL
+    direction's violations and the elementary max-KL bound's."""
+    return [
         "share of the penalty used, (L_i−ΔJ_i)/(c_i√δ_i), max by γ: " + share_by_gamma(shares)
         + " — a penalty k times smaller is violated on some case iff k < that share (so "
         "(1−γ) for (1−γ)² is caught where the share exceeds 1−γ, a missing √2 where it "
         "exceeds 0.707); it falls roughly like 1−γ: the 1/(1−γ)² of c is not attained",
-        f"non-vacuous (bound > 0) on {positive} of {T.cases} steps",
+        f"non-vacuous (bound > 0) on {positive} of {n_steps} steps",
         f"with the KL direction flipped (radius from KL_s(π_tar‖π_cur)): {flip_fail} violations "
         "— Pinsker bounds TV by either direction, so the paper's reverse KL is a choice "
         "(estimability from behaviour samples), not needed for validity",
         f"elementary max-KL bound ΔJ ≥ L_seq − 2√2·A_max·√δ^max/(1−γ) (both sides of the PDL "
         f"bounded by ‖f_i‖∞/(1−γ), ‖f_i‖∞ ≤ 2·TV^max·A_max): {elem_fail} violations; tighter "
-        f"than SAT Thm 4.2 on {elem_tighter} of {T.cases} steps — by the factor 2(1−γ)/γ, i.e. "
+        f"than SAT Thm 4.2 on {elem_tighter} of {n_steps} steps — by the factor 2(1−γ)/γ, i.e. "
         "whenever γ > 2/3; so for γ ≥ 0.8 even SAT's max-KL penalty with half the constant is "
         "provably valid",
-    ])
+    ]
 
 
 @check("single_step_bound",
@@ -324,19 +349,9 @@ def expected_kl_vacuity(*, quick: bool = False, seed: int = 0,
     for c in _step_cases(seed + 13, quick):
         order = case_order(rng, c)
         cert = stage_certificate(c.mdp, c.current, c.target, order)
-        g = cert.gamma
-        claim = g >= 0.5 or mutation == "all_gammas"
-        for st in cert.steps:
-            T.upper(st.L_seq, surrogate_ceiling(st.delta, st.A_max, g),
-                    f"{c.label} order={order} step {st.step}: L ≤ √2 A_max √δ/(1−γ)")
-            if claim:
-                T.upper(st.bound, 0.0, f"{c.label} order={order} step {st.step}: L − c√δ ≤ 0")
-                T.upper(st.bound_max, 0.0, f"{c.label} order={order} step {st.step}: max form ≤ 0")
-        if claim:
-            T.upper(cert.lower_bound, 0.0, f"{c.label} order={order}: stage bound ≤ 0")
-            T.upper(cert.lower_bound_max, 0.0, f"{c.label} order={order}: stage max form ≤ 0")
-            T.upper(cert.lower_bound_stale, 0.0, f"{c.label} order={order}: stale form ≤ 0")
-        where = "γ ≥ ½" if g >= 0.5 else "γ < ½"
+        _check_vacuous(T, cert, f"{c.label} order={order}",
+                       claim=cert.gamma >= 0.5 or mutation == "all_gammas")
+        where = "γ ≥ ½" if cert.gamma >= 0.5 else "γ < ½"
         stages[where] += 1
         for k in BOUND_KEYS:
             v = getattr(cert, k)
@@ -344,6 +359,29 @@ def expected_kl_vacuity(*, quick: bool = False, seed: int = 0,
                 positive[where][k] += 1
                 if v > best.get((where, k), (0.0, ""))[0]:
                     best[(where, k)] = (v, f"{c.label} (ΔJ {cert.true_improvement:.3g})")
+    return T.result(name, _vacuity_findings(positive, best, stages) + missing_note(),
+                    tightness=False)
+
+
+def _check_vacuous(T: Tally, cert, label: str, *, claim: bool) -> None:
+    """Record ``L_i ≤ √2 A_max,i √δ_i/(1−γ)`` for every step and, where ``claim`` (γ ≥ ½), that
+    the step bounds (expected and max form) and the stage's expected-KL, max-KL and stale
+    bounds are ``≤ 0``."""
+    for st in cert.steps:
+        T.upper(st.L_seq, surrogate_ceiling(st.delta, st.A_max, cert.gamma),
+                f"{label} step {st.step}: L ≤ √2 A_max √δ/(1−γ)")
+        if claim:
+            T.upper(st.bound, 0.0, f"{label} step {st.step}: L − c√δ ≤ 0")
+            T.upper(st.bound_max, 0.0, f"{label} step {st.step}: max form ≤ 0")
+    if claim:
+        T.upper(cert.lower_bound, 0.0, f"{label}: stage bound ≤ 0")
+        T.upper(cert.lower_bound_max, 0.0, f"{label}: stage max form ≤ 0")
+        T.upper(cert.lower_bound_stale, 0.0, f"{label}: stale form ≤ 0")
+
+
+def _vacuity_findings(positive, best: dict, stages) -> list[str]:
+    """Per γ class, how many stages each rung of :data:`BOUND_KEYS` is positive on (and the
+    largest), then the proven statement."""
     findings = []
     for where in ("γ ≥ ½", "γ < ½"):
         parts = []
@@ -355,7 +393,7 @@ def expected_kl_vacuity(*, quick: bool = False, seed: int = 0,
     findings.append("proven (docs/theory.md §4.4) and checked above: at γ ≥ ½ the expected-KL, "
                     "max-KL and stale forms are ≤ 0 on every stage; only the ‖f_i‖∞ and "
                     "exact-TV rungs (this project's extension) can certify an improvement")
-    return T.result(name, findings + missing_note(), tightness=False)
+    return findings
 
 
 # ------------------------------------------------------------------ estimated advantages (ζ_i > 0)
