@@ -6,6 +6,12 @@ numpy arrays, torch tensors and instances of the dataclasses registered with
 is one file: a safetensors file whose tensors are the tree's arrays and whose header metadata
 holds the rest of the tree as JSON, with every array replaced by a reference to its tensor.
 
+The metadata is one key, ``sat_state``, whose value is the JSON object ``{"format",
+"framework", "numpy_keys", "state"}``: safetensors writes metadata keys in a random order per
+process (a Rust ``HashMap``), so one key is what makes the same state the same bytes (files
+compare with ``cmp`` / SHA-256). Files written before (``sat-state-1``: the four fields as
+four metadata keys) still load.
+
 Reading such a file only parses JSON and copies raw tensor bytes: no object is ever built
 from a name found in the file except the registered dataclasses, which are constructed from
 their declared fields (so a crafted file can at worst fail to load, with one line). Fields
@@ -36,7 +42,11 @@ from .errors import InputError
 __all__ = ["register_state_type", "save_state", "load_state", "encode", "decode",
            "write_atomic", "FORMAT"]
 
-FORMAT = "sat-state-1"
+FORMAT = "sat-state-2"
+#: the layout before ``FORMAT``: the header's four fields as four metadata keys (read only)
+_FORMAT_1 = "sat-state-1"
+#: the one metadata key of a ``FORMAT`` file
+_HEADER_KEY = "sat_state"
 
 #: registered dataclasses: name -> class (the only classes a state file can instantiate)
 _TYPES: dict[str, type] = {}
@@ -169,10 +179,11 @@ def save_state(path, tree) -> None:
     """Write ``tree`` (module docstring) atomically to the safetensors file ``path``."""
     meta_tree, tensors = encode(tree)
     torch_side = any(_is_torch_tensor(t) for t in tensors.values())
-    meta = {"format": FORMAT, "framework": "pt" if torch_side else "np",
-            "numpy_keys": json.dumps(sorted(k for k, t in tensors.items()
-                                            if isinstance(t, np.ndarray))),
-            "state": json.dumps(meta_tree, allow_nan=False)}
+    header = {"format": FORMAT, "framework": "pt" if torch_side else "np",
+              "numpy_keys": sorted(k for k, t in tensors.items() if isinstance(t, np.ndarray)),
+              "state": meta_tree}
+    # one key: safetensors would write several in a random order (module docstring)
+    meta = {_HEADER_KEY: json.dumps(header, allow_nan=False, separators=(",", ":"))}
     if torch_side:
         import torch
         from safetensors.torch import save_file
@@ -186,6 +197,20 @@ def save_state(path, tree) -> None:
     write_atomic(path, lambda tmp: save_file(arrays, str(tmp), metadata=meta))
 
 
+def _header(meta: dict) -> dict:
+    """The header ``{"format", "framework", "numpy_keys", "state"}`` of a state file from its
+    safetensors metadata ``meta``: the JSON object under ``sat_state``, or, in a
+    ``sat-state-1`` file, the four keys themselves (``numpy_keys`` and ``state`` as JSON text).
+    Raises ``ValueError`` for a file that is neither."""
+    if meta.get("format") == _FORMAT_1:
+        return {"format": _FORMAT_1, "framework": meta["framework"],
+                "numpy_keys": json.loads(meta["numpy_keys"]), "state": json.loads(meta["state"])}
+    header = json.loads(meta[_HEADER_KEY]) if _HEADER_KEY in meta else None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise ValueError("not a state file of this project")
+    return header
+
+
 def load_state(path):
     """Read a state written by :func:`save_state`; any problem is one :class:`InputError`."""
     path = Path(path)
@@ -195,18 +220,16 @@ def load_state(path):
         from safetensors import safe_open
 
         with safe_open(str(path), framework="np") as f:
-            meta = f.metadata() or {}
-        if meta.get("format") != FORMAT:
-            raise ValueError("not a state file of this project")
-        framework = meta["framework"]
-        numpy_keys = set(json.loads(meta["numpy_keys"]))
+            header = _header(f.metadata() or {})
+        framework = header["framework"]
+        numpy_keys = set(header["numpy_keys"])
         if framework == "pt":
             import torch  # noqa: F401  (a torch-side state belongs to a torch backend)
         with safe_open(str(path), framework=framework) as f:
             tensors = {k: f.get_tensor(k) for k in f.keys()}
         if framework == "pt":
             tensors = {k: t.numpy() if k in numpy_keys else t for k, t in tensors.items()}
-        tree = json.loads(meta["state"])
+        tree = header["state"]
     except InputError:
         raise
     except Exception as e:  # torn, foreign or crafted file
