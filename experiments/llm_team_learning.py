@@ -841,6 +841,12 @@ def _noise_floor(out: Path, runs: dict, run: str, rerun: str) -> dict | None:
             if run in runs and rerun in runs else None)
 
 
+def _paired_auc(out: Path, runs: dict, a: str, b: str) -> tuple | None:
+    """The lenient AUC difference a − b with its paired CI, once both runs finished."""
+    d = _noise_floor(out, runs, a, b)
+    return d and d["auc"]
+
+
 def report_common(out: Path) -> dict:
     """The tables of the common-schedule study from the run folders under ``out``
     (``--report-common``): ``parity.md`` (ours-plain vs TRL dr_grpo per seed, on the shared
@@ -872,6 +878,8 @@ def report_common(out: Path) -> dict:
             inc = d["lenient"]["auc"][1] <= 0 <= d["lenient"]["auc"][2]
             parity.append(dict(seed=s, includes_0=inc, noise_floor_auc=floor and floor["auc"],
                                noise_floor_plain_auc=floor_plain and floor_plain["auc"],
+                               plain_rerun_minus_trl_auc=_paired_auc(
+                                   out, runs, run_name("plain-rerun", 1e-3, s), b),
                                **{f"{sc}_{k}": v for sc in SCORINGS for k, v in d[sc].items()}))
             lines.append(f"| {s} | {ps['lenient']['a']['final']:.3f} | {ps['lenient']['b']['final']:.3f} | "
                          f"{_cell(d['lenient'], 'auc')} | {_cell(d['strict'], 'auc')} | "

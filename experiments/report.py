@@ -780,6 +780,11 @@ def _run_noise_paragraph(par: list[dict]) -> str:
                   f"{len(plain)}; the noise of one seed's plain − TRL is then "
                   f"{100 * r['run_noise_sd']:.1f} points (√ of the mean of the two mean squares, "
                   f"{r['dof']:.1f} degrees of freedom by Welch–Satterthwaite)")
+    vs = [f"seed {p['seed']} {pts(p['plain_rerun_minus_trl_auc'])}" for p in par
+          if p.get("plain_rerun_minus_trl_auc")]
+    if vs:
+        noise += ("; the plain rerun against TRL dr_grpo, lenient AUC with its paired CI: "
+                  + ", ".join(vs))
     model = ("its method's plus independent run noise, of each method's own size" if plain else
              "its method's plus independent run noise, equally large for both methods (plain's "
              "reruns, which would measure its own, are not yet run)")
@@ -831,9 +836,10 @@ def section_llm_common(folder: Path) -> str:
          "gradient 4× smaller; learning rate 1e-3 for both, 3 seeds. Parity: "
          f"{verdict}. The paired CI over problems covers the evaluation's noise only, not the "
          "training run's random streams (samples, LoRA init, prompt order), which differ "
-         "between any two runs even of one algorithm; the last column measures that noise "
+         "between any two runs even of one algorithm; the last two columns measure that noise "
          "floor: `trl-rerun` is TRL dr_grpo again on the same seed's problems with TRL's own "
-         f"seed {study.RERUN_SEED} + s.\n", (folder / "parity.md").read_text(),
+         f"seed {study.RERUN_SEED} + s, `plain-rerun` ours-plain again on them with our seed "
+         f"{study.RERUN_SEED} + s (`sat train --problem-seed s --seed {study.RERUN_SEED}+s`).\n", (folder / "parity.md").read_text(),
          _run_noise_paragraph(par),
          "**Tuning grid** (validation AUC, lenient / strict, seed 0; 50 validation problems "
          "disjoint from the 200 held-out ones and from the tuning runs' 50 training problems; "

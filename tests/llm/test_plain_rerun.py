@@ -45,3 +45,17 @@ def test_parity_table_sets_plain_against_its_rerun(tmp_path):
     assert p["noise_floor_plain_auc"][0] == pytest.approx((1 / 4 + 3 / 4 + 1 - 1 / 4 - 1 / 4 - 1 / 2) / 3)
     assert "| 33.3 [" in (tmp_path / "parity.md").read_text().splitlines()[2]
     assert study.queue_issue21()[9:12] == [f"plain-rerun_lr0.001_s{s}" for s in range(3)]
+
+
+def test_the_plain_rerun_is_also_set_against_trl(tmp_path):
+    from experiments.report import _run_noise_paragraph
+
+    b = [[0, 0, 1, 0], [0, 0, 1, 0], [1, 0, 1, 0]]  # 1/4, 1/4, 1/2
+    c = [[0, 0, 1, 0], [1, 1, 1, 0], [1, 1, 1, 1]]  # 1/4, 3/4, 1
+    for name, sc in (("plain", c), ("trl-drgrpo", b), ("plain-rerun", c), ("trl-rerun", b)):
+        _fake_run(tmp_path, f"{name}_lr0.001_s0", sc)
+        _fake_run(tmp_path, f"{name}_lr0.001_s1", b)
+    p0, p1 = study.report_common(tmp_path)["parity"]
+    assert p0["plain_rerun_minus_trl_auc"][0] == pytest.approx(1 / 3)
+    assert "the plain rerun against TRL dr_grpo, lenient AUC with its paired CI: seed 0 +33.3 [" \
+        in _run_noise_paragraph([p0, p1])
