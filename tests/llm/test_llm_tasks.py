@@ -185,6 +185,7 @@ def test_arithmetic_validation_split_is_disjoint_and_keeps_the_test_set():
     class Cfg:
         task, prompts, agents, router, turns, reasoning_tags = "arithmetic", None, 1, "round-robin", 0, False
         n_train, n_eval, seed = 100, 200, 3
+        problems_seed = seed  # LLMConfig's: the seed of the problem choice
         task_options = {}
 
     _, _, pool, test = task_setup(Cfg)
