@@ -41,8 +41,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["clipped_surrogate", "token_clipped_surrogate", "ratio_clip_fraction",
-           "MAX_LOG_RATIO", "RATIOS"]
+__all__ = ["clipped_surrogate", "token_clipped_surrogate", "MAX_LOG_RATIO", "RATIOS"]
 
 MAX_LOG_RATIO = 20.0
 
@@ -68,8 +67,3 @@ def token_clipped_surrogate(tok_logp_new: torch.Tensor, tok_logp_old: torch.Tens
     per-token log-probabilities (B,T), ``mask`` (B,T) 1 on message tokens, ``adv`` (B,) -> (B,)."""
     return (_clipped(tok_logp_new - tok_logp_old, adv[:, None], eps) * mask).sum(-1)
 
-
-def ratio_clip_fraction(seq_logp_new: torch.Tensor, seq_logp_beh: torch.Tensor, eps: float) -> float:
-    """Fraction of messages whose ratio lies outside ``[1−ε, 1+ε]``."""
-    w = torch.exp((seq_logp_new - seq_logp_beh).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
-    return float(((w < 1.0 - eps) | (w > 1.0 + eps)).double().mean()) if w.numel() else 0.0
