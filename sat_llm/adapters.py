@@ -23,7 +23,7 @@ from sat_theory.errors import InputError
 
 from .models import place
 
-__all__ = ["AgentSnapshot", "Adapters", "load_team_file", "swap_adapter"]
+__all__ = ["AgentSnapshot", "Adapters", "load_team_file", "restore_counters", "swap_adapter"]
 
 
 @dataclass
@@ -281,10 +281,17 @@ class Adapters:
             self._opt[j] = self._make_opt(j)
             self._opt[j].load_state_dict(d["optim"][j])
         torch.set_rng_state(d["torch_rng"])
-        self.rng.bit_generator.state = d["np_rng"]
-        self._rollouts = int(d["rollouts"])
-        self._version = list(d["version"])
-        self._version_counter = int(d["version_counter"])
-        self._eval_cache = dict(d.get("eval_cache", {}))
-        self.last_eval = list(d.get("last_eval", []))  # eval_records() of a cached evaluation
+        restore_counters(self, d)
         self._ref_cache = None
+
+
+def restore_counters(team, d: dict) -> None:
+    """The team-level state of a ``state_dict`` ``d`` both team classes share (the in-process
+    :class:`Adapters` and :class:`~sat_llm.ray_team.RayTeam`): the numpy stream, rollout and
+    version counters, and a cached evaluation."""
+    team.rng.bit_generator.state = d["np_rng"]
+    team._rollouts = int(d["rollouts"])
+    team._version = list(d["version"])
+    team._version_counter = int(d["version_counter"])
+    team._eval_cache = dict(d.get("eval_cache", {}))
+    team.last_eval = list(d.get("last_eval", []))  # eval_records() of a cached evaluation

@@ -59,6 +59,7 @@ import numpy as np
 from sat_theory.errors import InputError
 from sat_theory.team import Batch, Episode
 
+from .adapters import restore_counters
 from .tasks import TASK_IMPORT_ENV
 from .team import EpisodeLoop
 
@@ -534,12 +535,7 @@ class RayTeam(EpisodeLoop):
                                             version=d["version"][j]), _call_id())
                    for j, a in enumerate(self.actors)])
         self._torch_rng = d["torch_rng"].clone()
-        self.rng.bit_generator.state = d["np_rng"]
-        self._rollouts = int(d["rollouts"])
-        self._version = list(d["version"])
-        self._version_counter = int(d["version_counter"])
-        self._eval_cache = dict(d.get("eval_cache", {}))
-        self.last_eval = list(d.get("last_eval", []))  # eval_records() of a cached evaluation
+        restore_counters(self, d)
         self._subs = {}
 
     def close(self) -> None:
