@@ -835,16 +835,11 @@ def _cell(m: dict | None, key: str, pts: bool = True) -> str:
     return f"{f * v:.1f} [{f * lo:.1f}, {f * hi:.1f}]" if pts else f"{v:.3f}"
 
 
-def _noise_floor(out: Path, runs: dict, run: str, rerun: str) -> dict | None:
-    """The lenient paired differences (run − rerun) of a run and its rerun, once both finished."""
-    return (paired_on_schedule(out / run, out / rerun)["lenient"]["diff"]
-            if run in runs and rerun in runs else None)
-
-
-def _paired_auc(out: Path, runs: dict, a: str, b: str) -> tuple | None:
-    """The lenient AUC difference a − b with its paired CI, once both runs finished."""
-    d = _noise_floor(out, runs, a, b)
-    return d and d["auc"]
+def _paired_lenient(out: Path, runs: dict, a: str, b: str) -> dict | None:
+    """The lenient paired differences a − b of two runs (e.g. a run and its rerun), once both
+    finished."""
+    return (paired_on_schedule(out / a, out / b)["lenient"]["diff"]
+            if a in runs and b in runs else None)
 
 
 def report_common(out: Path) -> dict:
@@ -870,7 +865,7 @@ def report_common(out: Path) -> dict:
     parity = []
     for s in range(3):
         a, b = run_name("plain", 1e-3, s), run_name("trl-drgrpo", 1e-3, s)
-        floor, floor_plain = (_noise_floor(out, runs, x, run_name(f"{m}-rerun", 1e-3, s))
+        floor, floor_plain = (_paired_lenient(out, runs, x, run_name(f"{m}-rerun", 1e-3, s))
                               for x, m in ((b, "trl"), (a, "plain")))
         if a in runs and b in runs:
             ps = paired_on_schedule(out / a, out / b)
@@ -878,8 +873,8 @@ def report_common(out: Path) -> dict:
             inc = d["lenient"]["auc"][1] <= 0 <= d["lenient"]["auc"][2]
             parity.append(dict(seed=s, includes_0=inc, noise_floor_auc=floor and floor["auc"],
                                noise_floor_plain_auc=floor_plain and floor_plain["auc"],
-                               plain_rerun_minus_trl_auc=_paired_auc(
-                                   out, runs, run_name("plain-rerun", 1e-3, s), b),
+                               plain_rerun_minus_trl_auc=(d_rerun := _paired_lenient(
+                                   out, runs, run_name("plain-rerun", 1e-3, s), b)) and d_rerun["auc"],
                                **{f"{sc}_{k}": v for sc in SCORINGS for k, v in d[sc].items()}))
             lines.append(f"| {s} | {ps['lenient']['a']['final']:.3f} | {ps['lenient']['b']['final']:.3f} | "
                          f"{_cell(d['lenient'], 'auc')} | {_cell(d['strict'], 'auc')} | "
