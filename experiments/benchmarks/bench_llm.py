@@ -537,7 +537,7 @@ def bench_profile(mb: ModelBench, cfg: LLMBenchConfig, agents: int, rounds: int 
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     import sat_llm.rollout as sr
-    import sat_llm.team as st
+    import sat_llm.scoring as st
     from sat_theory.algorithm import RunState, TrainConfig, run_stage
 
     P = PROFILE

@@ -91,10 +91,10 @@ class Split:
 def old_greedy(model, contexts, *, chunk, **kw):
     """The evaluation's generation before ``greedy_pooled``: ``greedy_shared_prefix`` per
     chunk of ``chunk`` rows (``_messages`` ran exactly this through ``in_chunks``)."""
-    import sat_llm.team as team_mod
+    import sat_llm.scoring as scoring
 
-    parts = [team_mod.greedy_shared_prefix(model, contexts[a:a + chunk], greedy=True,
-                                           streamer=None, **kw)
+    parts = [scoring.greedy_shared_prefix(model, contexts[a:a + chunk], greedy=True,
+                                          streamer=None, **kw)
              for a in range(0, len(contexts), chunk)]
     return [m for p in parts for m in p[0]], [lp for p in parts for lp in p[1]]
 
@@ -102,16 +102,16 @@ def old_greedy(model, contexts, *, chunk, **kw):
 def one_evaluation(team, path: str) -> tuple[dict, str]:
     """Time one whole evaluation of ``team`` by ``path`` (``old`` | ``new``); returns
     ``(timings, the eval_0.jsonl text it produces)``."""
-    import sat_llm.team as team_mod
+    import sat_llm.scoring as scoring
 
     split = Split()
     base = team._model(0).get_base_model()
     hooks = [base.register_forward_pre_hook(split.pre, with_kwargs=True),
              base.register_forward_hook(split.post, with_kwargs=True)]
-    saved = (team_mod.greedy_pooled, team_mod._prefill)
+    saved = (scoring.greedy_pooled, scoring._prefill)
     if path == "old":
-        team_mod.greedy_pooled = old_greedy
-    team_mod._prefill = split.timed("prefix", saved[1])
+        scoring.greedy_pooled = old_greedy
+    scoring._prefill = split.timed("prefix", saved[1])
     # instance attributes shadow the methods for this evaluation only
     team.protocol.render = split.timed("render", team.protocol.render)
     team.task.score = split.timed("score", team.task.score)
@@ -126,7 +126,7 @@ def one_evaluation(team, path: str) -> tuple[dict, str]:
     finally:
         for h in hooks:
             h.remove()
-        team_mod.greedy_pooled, team_mod._prefill = saved
+        scoring.greedy_pooled, scoring._prefill = saved
         del team.protocol.render, team.task.score
     t = dict(split.t)
     t["other"] = wall - sum(t.values())

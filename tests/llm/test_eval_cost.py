@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-import sat_llm.team as team_mod  # noqa: E402
+import sat_llm.scoring as scoring  # noqa: E402  (the module whose passes call these)
 from sat_llm.rollout import generate  # noqa: E402
 from sat_llm.team import greedy_pooled, stop_ids  # noqa: E402
 from tests.llm.helpers import arithmetic_eval_team  # noqa: E402
@@ -107,14 +107,14 @@ def test_evaluate_records_equal_the_per_problem_loop(team, monkeypatch):
         return _loop(model, contexts, kw)
 
     def chunked(model, contexts, *, chunk, **kw):
-        parts = [team_mod.greedy_shared_prefix(model, contexts[a:a + chunk], **kw)
+        parts = [scoring.greedy_shared_prefix(model, contexts[a:a + chunk], **kw)
                  for a in range(0, len(contexts), chunk)]
         return [m for p in parts for m in p[0]], [lp for p in parts for lp in p[1]]
 
     out = {}
-    monkeypatch.setattr(team_mod, "stop_ids", lambda tok: _kw(tok)["stop_ids"])
+    monkeypatch.setattr(scoring, "stop_ids", lambda tok: _kw(tok)["stop_ids"])
     for name, fn in (("pooled", greedy_pooled), ("loop", loop), ("chunked", chunked)):
-        monkeypatch.setattr(team_mod, "greedy_pooled", fn)
+        monkeypatch.setattr(scoring, "greedy_pooled", fn)
         team._eval_cache.clear()
         acc = team.evaluate()
         out[name] = (acc, team.eval_records())

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from sat_llm import team as team_mod  # noqa: E402
+from sat_llm import scoring  # noqa: E402  (the module whose passes call these)
 from sat_llm.models import load_model, resolve_device, resolve_dtype  # noqa: E402
 from sat_llm.rollout import _left_pad, generate, score_logits  # noqa: E402
 from sat_llm.team import LLMConfig, LLMTeam, RolloutMismatchError  # noqa: E402
@@ -158,13 +158,13 @@ def test_bf16_base_keeps_lora_optimizer_logprobs_and_kl_in_float32_or_better(dev
     assert {p.dtype for n, p in m.named_parameters() if "lora_" not in n} == {torch.bfloat16}
     assert {p.dtype for n, p in m.named_parameters() if "lora_" in n} == {torch.float32}
     seen = []
-    real_kl = team_mod.sequence_kl
+    real_kl = scoring.sequence_kl
 
     def spy(lp_ref, lp_new, mask):
         seen.append((lp_ref.dtype, lp_new.dtype))
         return real_kl(lp_ref, lp_new, mask)
 
-    monkeypatch.setattr(team_mod, "sequence_kl", spy)
+    monkeypatch.setattr(scoring, "sequence_kl", spy)
     b = team.rollout(2, 2)
     ctxs, msgs, _ = team._turns(0, b)
     logp, _, _ = score_logits(team._activate(0), ctxs, msgs, pad_id=0)
@@ -177,7 +177,7 @@ def test_bf16_base_keeps_lora_optimizer_logprobs_and_kl_in_float32_or_better(dev
     opt_state = team._opt[0].state_dict()["state"]
     assert all(v.dtype == torch.float32 for s in opt_state.values()
                for key, v in s.items() if key != "step")
-    assert b.extra["logp_check"]["tol"] == team_mod.LOGP_TOL["bfloat16"]
+    assert b.extra["logp_check"]["tol"] == scoring.LOGP_TOL["bfloat16"]
     assert team.cfg.dtype == "bfloat16"
 
 
@@ -208,7 +208,7 @@ def _one_update(team, beta=0.1):
 def test_out_of_memory_halves_the_micro_batch_and_gives_the_same_update(monkeypatch, caplog):
     plain, i1, k1 = _one_update(make_team())
     squeezed = make_team()
-    monkeypatch.setattr(team_mod, "score_logits", _oom_above(team_mod.score_logits, 1))
+    monkeypatch.setattr(scoring, "score_logits", _oom_above(scoring.score_logits, 1))
     with caplog.at_level(logging.WARNING, logger="sat_llm"):
         squeezed, i2, k2 = _one_update(squeezed)
     assert squeezed._micro[0] == 1 and i2["micro_batch"] == 1 and i1["micro_batch"] == 4
@@ -223,7 +223,7 @@ def test_out_of_memory_halves_the_micro_batch_and_gives_the_same_update(monkeypa
 
 def test_out_of_memory_in_generation_is_retried_in_smaller_chunks(monkeypatch, caplog):
     team = make_team()
-    monkeypatch.setattr(team_mod, "generate", _oom_above(team_mod.generate, 2))
+    monkeypatch.setattr(scoring, "generate", _oom_above(scoring.generate, 2))
     with caplog.at_level(logging.WARNING, logger="sat_llm"):
         b = team.rollout(2, 3)
     assert len(b.episodes) == 6 and team._gen_cap[0] <= 2
@@ -235,13 +235,13 @@ def test_a_small_call_does_not_cap_later_generation_batches(monkeypatch):
     episodes (a warm-up) must not make every later rollout generate 2 rows at a time."""
     team = make_team()
     rows = []
-    real = team_mod.generate
+    real = scoring.generate
 
     def spy(model, contexts, *a, **k):
         rows.append(len(contexts))
         return real(model, contexts, *a, **k)
 
-    monkeypatch.setattr(team_mod, "generate", spy)
+    monkeypatch.setattr(scoring, "generate", spy)
     team.rollout(1, 2)
     rows.clear()
     team.rollout(2, 4)
@@ -255,7 +255,7 @@ def test_other_errors_are_not_taken_for_out_of_memory(monkeypatch):
     def broken(*a, **k):
         raise RuntimeError("shape mismatch")
 
-    monkeypatch.setattr(team_mod, "score_logits", broken)
+    monkeypatch.setattr(scoring, "score_logits", broken)
     with pytest.raises(RuntimeError, match="shape mismatch"):
         team.update(0, b, np.linspace(-1, 1, len(b.turns_of(0))), 0.1, team.snapshot(0))
 
@@ -338,7 +338,7 @@ def test_logprob_check_measures_the_hf_engine_too():
     """The training model's own generation passes at the float32 tolerance; with a
     tolerance below float32 roundoff the same check fires (it measures something)."""
     b = make_team().rollout(2, 3)  # deterministic: this seed's recomputation differs by ~1e-7
-    assert 0 < b.extra["logp_check"]["max_abs"] < team_mod.LOGP_TOL["float32"]
+    assert 0 < b.extra["logp_check"]["max_abs"] < scoring.LOGP_TOL["float32"]
     with pytest.raises(RolloutMismatchError, match="does not reproduce"):
         make_team(logp_tol=1e-12).rollout(2, 3)
 

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-import sat_llm.team as team_mod  # noqa: E402
+import sat_llm.scoring as scoring  # noqa: E402  (the module whose passes call these)
 from sat_llm.protocol import Protocol, problem_views  # noqa: E402
 from sat_llm.team import LLMConfig, LLMTeam  # noqa: E402
 from sat_llm.team_tasks import RELAY_REVIEW  # noqa: E402
@@ -88,15 +88,15 @@ def test_kl_monitor_scores_the_generation_contexts(monkeypatch):
     view), not on a re-rendering (e.g. the shared prompt or another agent's view)."""
     team = relay_team(3)
     gen: dict[str, list] = {}
-    real_gen, real_score = team_mod.generate, team_mod.score_logits
+    real_gen, real_score = scoring.generate, scoring.score_logits
 
     def spy_gen(model, ctxs, **kw):
         gen.setdefault(model.active_adapter, []).extend(tuple(c) for c in ctxs)
         return real_gen(model, ctxs, **kw)
 
-    monkeypatch.setattr(team_mod, "generate", spy_gen)
+    monkeypatch.setattr(scoring, "generate", spy_gen)
     batch = team.rollout(2, 2)
-    monkeypatch.setattr(team_mod, "generate", real_gen)
+    monkeypatch.setattr(scoring, "generate", real_gen)
     for j in range(3):
         snap = team.snapshot(j)
         # move the adapter off the snapshot: an agent still at its reference's version is
@@ -109,10 +109,10 @@ def test_kl_monitor_scores_the_generation_contexts(monkeypatch):
             scored.append([tuple(c) for c in ctxs])
             return real_score(model, ctxs, msgs, **kw)
 
-        monkeypatch.setattr(team_mod, "score_logits", spy_score)
+        monkeypatch.setattr(scoring, "score_logits", spy_score)
         team._ref_cache = None
         team.kl(j, batch, snap)
-        monkeypatch.setattr(team_mod, "score_logits", real_score)
+        monkeypatch.setattr(scoring, "score_logits", real_score)
         assert len(scored) == 2  # the reference pass and the current adapter's pass
         for ctxs in scored:
             assert sorted(ctxs) == sorted(gen[f"agent{j}"])
