@@ -30,8 +30,9 @@ log = logging.getLogger("sat_llm")
 
 class Updates:
     """The update of one agent (a mixin of :class:`~sat_llm.team.LLMTeam`, which provides
-    the adapters, :class:`~sat_llm.adapters.Adapters`, and the scoring passes ``_turns``,
-    ``_ref_logps``, ``_minibatch_loss`` and ``peak_memory``)."""
+    the adapters, :class:`~sat_llm.adapters.Adapters`, and the scoring passes,
+    :class:`~sat_llm.scoring.Scoring`: ``_turns``, ``_ref_logps``, ``_minibatch_loss`` and
+    ``peak_memory``)."""
 
     def check_batch(self, agent: int, batch: Batch, reference: AgentSnapshot,
                     expected: tuple | None = None) -> None:
@@ -143,25 +144,28 @@ class Updates:
         """Gradient of minibatch ``[s, e)`` accumulated over micro-batches of the agent's
         micro-batch size (one pass when it is the whole minibatch); on an out-of-memory error
         the size is halved (logged) and the minibatch redone from zero gradients. Returns the
-        minibatch's ``(loss, seq_logp, kl, surr)``, detached."""
+        minibatch's ``(loss, seq_logp, kl, surr)``, detached.
+
+        A try keeps the size it starts with: the reference pass that fills deferred rows
+        (``fill``, :meth:`_backward`) may halve the agent's size on its own out-of-memory
+        error, and a try whose micro-batches then shrank mid-loop would skip rows."""
         opt = self._opt[agent]
         while True:
             opt.zero_grad(set_to_none=True)
+            micro = self._micro[agent]
             try:
-                parts = []
-                for a in range(s, e, self._micro[agent]):
-                    parts.append(self._backward(agent, ctxs, msgs, behT, adv, refs, beta, M, a,
-                                                min(a + self._micro[agent], e), fill))
+                parts = [self._backward(agent, ctxs, msgs, behT, adv, refs, beta, M, a,
+                                        min(a + micro, e), fill) for a in range(s, e, micro)]
                 loss = sum(float(p[0]) for p in parts)
                 return (loss, *(torch.cat([p[i] for p in parts]) for i in (1, 2, 3)))
             except (RuntimeError, torch.OutOfMemoryError) as err:
-                size = self._micro[agent]
-                if not _is_oom(err) or size == 1:
+                if not _is_oom(err) or micro == 1:
                     raise
-                self._micro[agent] = max(1, min(size, e - s) // 2)
+                # at most what a fill inside this try left (it ran out of memory there)
+                self._micro[agent] = min(self._micro[agent], max(1, min(micro, e - s) // 2))
                 log.warning("sat_llm: out of memory in the update of agent %d on %s with "
                             "micro-batch %d; retrying with %d", agent, self.devices[agent],
-                            min(size, e - s), self._micro[agent])
+                            min(micro, e - s), self._micro[agent])
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
 
