@@ -176,50 +176,77 @@ def negative_variants(mdp: FactorizedMDP, pol: TeamPolicy, rng, *,
     negative entry ``−¼``, the row still summing to 1): ``(what, mdp arrays, policy arrays)``
     for ``P`` (dense or CSR data), ``rho0`` and a policy factor at an active state. With
     ``sum_off`` the row instead gets ``+SUM_OFF`` on one entry (no negative, sum 1 + SUM_OFF)."""
-    with tempfile.TemporaryDirectory(prefix="sat-verify-") as tmp:
-        p = os.path.join(tmp, "m.npz")
-        mdp.save(p)
-        with np.load(p) as z:
-            base = {k: z[k] for k in z.files}
+    base = _saved_arrays(mdp)
     pols = {f"pi_{j}": f.copy() for j, f in enumerate(pol.factors)}
 
     def unbalance(row):
-        i, k = rng.choice(row.size, size=2, replace=False)
-        if sum_off:
-            row[i] += SUM_OFF
-            return
-        u = row[k] + 0.25
-        row[i] += u
-        row[k] -= u  # = −0.25; the sum is unchanged
+        _unbalance(row, rng, sum_off)
 
-    out = []
-    key = "P_data" if "P_data" in base else "P"
-    arr = base[key].copy()
-    if key == "P":
-        flat = arr.reshape(-1, arr.shape[-1])
-        if flat.shape[1] >= 2:
-            unbalance(flat[int(rng.integers(flat.shape[0]))])
-            out.append(("P", base | {key: arr}, pols))
-    else:
-        ptr = base["P_indptr"]
-        rows = [r for r in range(len(ptr) - 1) if ptr[r + 1] - ptr[r] >= 2]
-        if rows:
-            r = rows[int(rng.integers(len(rows)))]
-            seg = arr[ptr[r]:ptr[r + 1]]
-            unbalance(seg)
-            out.append(("P_data (CSR)", base | {key: arr}, pols))
+    out = _transition_variants(base, pols, unbalance, rng)
     if mdp.n_states >= 2:
         rho = base["rho0"].copy()
         unbalance(rho)
         out.append(("rho0", base | {"rho0": rho}, pols))
-    acting = np.flatnonzero(mdp.active.any(axis=0))  # an agent may act nowhere (masked, turn)
+    return out + _policy_variants(mdp, base, pols, unbalance, rng)
+
+
+def _saved_arrays(mdp: FactorizedMDP) -> dict:
+    """The arrays of ``mdp``'s ``.npz`` file, as ``FactorizedMDP.save`` writes them (so the
+    variants are files a user could have written)."""
+    with tempfile.TemporaryDirectory(prefix="sat-verify-") as tmp:
+        p = os.path.join(tmp, "m.npz")
+        mdp.save(p)
+        with np.load(p) as z:
+            return {k: z[k] for k in z.files}
+
+
+def _unbalance(row: np.ndarray, rng, sum_off: bool) -> None:
+    """In place, at two distinct entries ``i, k`` drawn from ``rng``: ``row_i += u`` and
+    ``row_k −= u`` with ``u = row_k + ¼`` (``row_k = −¼``, the sum unchanged); with
+    ``sum_off`` only ``row_i += SUM_OFF``."""
+    i, k = rng.choice(row.size, size=2, replace=False)
+    if sum_off:
+        row[i] += SUM_OFF
+        return
+    u = row[k] + 0.25
+    row[i] += u
+    row[k] -= u  # = −0.25; the sum is unchanged
+
+
+def _transition_variants(base: dict, pols: dict, unbalance, rng) -> list[tuple[str, dict, dict]]:
+    """The ``P`` variant: one random row of a dense ``P`` (flattened over everything but the
+    next state) or of a CSR ``P_data`` among the rows holding two entries or more;
+    none when no row has two."""
+    key = "P_data" if "P_data" in base else "P"
+    arr = base[key].copy()
+    if key == "P":
+        flat = arr.reshape(-1, arr.shape[-1])
+        if flat.shape[1] < 2:
+            return []
+        unbalance(flat[int(rng.integers(flat.shape[0]))])
+        return [("P", base | {key: arr}, pols)]
+    ptr = base["P_indptr"]
+    rows = [r for r in range(len(ptr) - 1) if ptr[r + 1] - ptr[r] >= 2]
+    if not rows:
+        return []
+    r = rows[int(rng.integers(len(rows)))]
+    unbalance(arr[ptr[r]:ptr[r + 1]])
+    return [("P_data (CSR)", base | {key: arr}, pols)]
+
+
+def _policy_variants(mdp: FactorizedMDP, base: dict, pols: dict, unbalance,
+                     rng) -> list[tuple[str, dict, dict]]:
+    """The policy variant: the factor of a random agent that acts somewhere (one may act
+    nowhere: masked, turn-taking), at a random state where it is active; none when its
+    factor has one action."""
+    acting = np.flatnonzero(mdp.active.any(axis=0))
     j = int(acting[int(rng.integers(acting.size))])
     s = int(rng.choice(np.flatnonzero(mdp.active[:, j])))
     f = pols[f"pi_{j}"].copy()
-    if f.shape[1] >= 2:
-        unbalance(f[s])
-        out.append((f"policy pi_{j}", base, pols | {f"pi_{j}": f}))
-    return out
+    if f.shape[1] < 2:
+        return []
+    unbalance(f[s])
+    return [(f"policy pi_{j}", base, pols | {f"pi_{j}": f})]
 
 
 @check("input_validation", "docs/theory.md §8 (distributions of docs/theory.md §1)", SECTION,
