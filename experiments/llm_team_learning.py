@@ -591,10 +591,14 @@ PLAIN_FLAGS = ["--method", "no-tr", "--agents", "1", "--beta", "1e-300", "--rati
 #: their own seed RERUN_SEED + s (sampling, LoRA init, prompt order; ours: ``--problem-seed s
 #: --seed RERUN_SEED+s``): the noise floor of the parity test, of each side (two runs of one
 #: algorithm differ by their random streams only)
-STUDY_METHODS = ("plain", "plain-rerun", "trl-drgrpo", "trl-rerun", "sat", "trl", "comlrl")
+#: "plain-epoch" / "plain-epoch-rerun": ours-plain and its rerun with TRL's prompt draws
+#: (``--prompt-draw epoch``: one permutation of the pool per epoch): whether ours' larger run
+#: noise (experiments/study_noise.py) comes from drawing each rollout's problems independently
+STUDY_METHODS = ("plain", "plain-rerun", "trl-drgrpo", "trl-rerun", "sat", "trl", "comlrl",
+                 "plain-epoch", "plain-epoch-rerun")
 RERUN_SEED = 1000
 #: the study's methods that run through ``sat train``
-OURS_STUDY = ("plain", "plain-rerun", "sat")
+OURS_STUDY = ("plain", "plain-rerun", "sat", "plain-epoch", "plain-epoch-rerun")
 
 
 def trl_drgrpo_clip(cfg: StudyConfig) -> float:
@@ -613,7 +617,8 @@ def messages_per_unit(cfg: StudyConfig, method: str) -> int:
     from experiments.peer_comlrl import messages_per_prompt
 
     episodes = cfg.prompts * cfg.group_size
-    return {"sat": 2 * episodes * 2, "plain": episodes, "plain-rerun": episodes, "trl": episodes,
+    return {"sat": 2 * episodes * 2, "plain": episodes, "plain-rerun": episodes,
+            "plain-epoch": episodes, "plain-epoch-rerun": episodes, "trl": episodes,
             "trl-drgrpo": episodes, "trl-rerun": episodes, "comlrl": messages_per_prompt(cfg.group_size)}[method]
 
 
@@ -681,7 +686,9 @@ def _train_one(cfg, method, seed, d, out, resume, units, at, extra) -> None:
         if any(b - a != k for a, b in zip([0, *at], at, strict=False)):
             raise SystemExit(f"{method}: the grid is not every {k} stages")
         flags = METHODS["sat"][0] if method == "sat" else PLAIN_FLAGS
-        if method == "plain-rerun":
+        if method.startswith("plain-epoch"):
+            flags = [*flags, "--prompt-draw", "epoch"]
+        if method.endswith("-rerun"):
             flags, seed = [*flags, "--problem-seed", str(seed)], RERUN_SEED + seed
         run_ours(cfg, method, seed, out, resume, units, d=d,
                  flags=[*flags, "--eval-every", str(k)], meta_extra=extra)
@@ -735,7 +742,8 @@ def score_matrix(d: Path, scoring: str = "lenient"):
 
 #: the queue of the common-schedule study, in the order it runs: parity (ours-plain vs TRL
 #: dr_grpo, three seeds, the same rate, and TRL dr_grpo rerun with its own other seed: the
-#: noise floor), the tuning grid on the validation set, the chosen
+#: noise floor), ours-plain with epoch prompt draws and its rerun (seeds 0, 2: what ours' run
+#: noise comes from), the tuning grid on the validation set, the chosen
 #: rates on three seeds, then 3x and 10x the chosen rates on two seeds ("@F" = F x chosen)
 def queue_issue21() -> list[str]:
     q = []
@@ -743,6 +751,7 @@ def queue_issue21() -> list[str]:
         q += [run_name("plain", 1e-3, s), run_name("trl-drgrpo", 1e-3, s)]
     q += [run_name("trl-rerun", 1e-3, s) for s in range(3)]
     q += [run_name("plain-rerun", 1e-3, s) for s in range(3)]
+    q += [run_name(m, 1e-3, s) for s in (0, 2) for m in ("plain-epoch", "plain-epoch-rerun")]
     for lr in LR_GRID:
         q += [run_name(m, lr, 0, tune=True) for m in ("plain", "trl", "sat", "comlrl")]
     q.append(run_name("comlrl", COMLRL_DEFAULT_LR, 0, tune=True))

@@ -53,6 +53,8 @@ def _devices(text: str) -> str:
 
 #: surrogate ratios (sat_llm.loss)
 RATIOS = ("sequence", "token")
+#: how a rollout chooses its problems (:func:`sat_llm.episodes.epoch_chunk`)
+PROMPT_DRAWS = ("independent", "epoch")
 _POS_INT = ("int", 1, None, True, False)
 _NONNEG_INT = ("int", 0, None, True, False)
 _POS = ("float", 0.0, None, False, False)
@@ -116,6 +118,13 @@ class LLMConfig:
                                        "one --problem-seed and different --seed train on the "
                                        "same problems with other random streams (a rerun)",
                                        range=_NONNEG_INT)
+    prompt_draw: str = setting("independent", "how a rollout draws its training problems: "
+                               "independent (distinct problems, drawn afresh each rollout "
+                               "from the seeded RNG; a problem can be drawn many times or "
+                               "never) | epoch (one permutation of the pool per epoch, cut "
+                               "into consecutive chunks, an incomplete last chunk dropped: "
+                               "TRL's RepeatSampler; every problem as often)",
+                               choices=PROMPT_DRAWS)
     engine: str = setting("hf", "rollout engine: hf (transformers generate, CPU/GPU) | vllm "
                           "(multi-LoRA; run on vLLM's CPU build, CUDA untested; README, "
                           "sat_llm.vllm_engine)")
@@ -209,9 +218,12 @@ def _check_numbers(c: LLMConfig) -> None:
 
 
 def _check_names(c: LLMConfig) -> None:
-    """``ratio`` in :data:`RATIOS`, ``engine`` hf or vllm, ``dtype`` auto or a known one."""
+    """``ratio`` in :data:`RATIOS`, ``prompt_draw`` in :data:`PROMPT_DRAWS`, ``engine`` hf or vllm, ``dtype`` auto or a known one."""
     if c.ratio not in RATIOS:
         raise InputError(f"unknown ratio {c.ratio!r}; choose {' or '.join(RATIOS)}")
+    if c.prompt_draw not in PROMPT_DRAWS:
+        raise InputError(f"unknown prompt_draw {c.prompt_draw!r}; choose "
+                         f"{' or '.join(PROMPT_DRAWS)}")
     if c.engine not in ("hf", "vllm"):
         raise InputError(f"unknown engine {c.engine!r}; choose hf or vllm")
     if c.dtype not in ("auto", *DTYPES):

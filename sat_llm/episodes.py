@@ -65,6 +65,21 @@ def final_message(history: list[tuple[str, str]]) -> str:
     return next((txt for who, txt in reversed(history) if who.startswith("agent")), "")
 
 
+def epoch_chunk(N: int, B: int, r: int, seed: int) -> np.ndarray:
+    """The problems of rollout ``r`` (0-based) under epoch draws, TRL's ``RepeatSampler``:
+    epoch ``e = r // ⌊N/B⌋`` is one permutation π_e of the ``N`` pool indices, from a
+    generator seeded by ``(seed, e)``, and rollout ``r`` takes its chunk ``c = r mod ⌊N/B⌋``,
+    ``π_e[c·B : (c+1)·B]`` (the last ``N mod B`` of each epoch are dropped). Every problem is
+    drawn once per epoch, and rollout ``r``'s chunk depends on ``r`` and the seed only, so a
+    resumed run draws what the unstopped one would."""
+    per = N // B
+    if per < 1:
+        raise InputError(f"prompt_draw epoch needs at most {N} problems per rollout (the pool), "
+                         f"got {B}")
+    e, c = divmod(r, per)
+    return np.random.default_rng([seed, e]).permutation(N)[c * B:(c + 1) * B]
+
+
 class EpisodeLoop:
     """Shared-context turn-taking episodes, rollouts and held-out evaluation, written once for
     every LLM team class. A team provides ``cfg``, ``protocol``, ``task``, ``train_pool``,
@@ -128,11 +143,16 @@ class EpisodeLoop:
                 done[e] = done[e] or fin
 
     def rollout(self, n_groups: int, group_size: int) -> Batch:
-        """``n_groups`` training problems (drawn with the team's seeded RNG) × ``group_size``
-        sampled episodes each, under the current agents."""
+        """``n_groups`` training problems × ``group_size`` sampled episodes each, under the
+        current agents. The problems: ``cfg.prompt_draw`` "independent" draws them from the
+        team's seeded RNG, "epoch" takes the rollout's chunk of the epoch's permutation
+        (:func:`epoch_chunk`; it uses no team RNG)."""
         if n_groups < 1 or group_size < 1:
             raise InputError(f"need n_groups >= 1 and group_size >= 1, got {n_groups}, {group_size}")
-        pick = self.rng.choice(len(self.train_pool), size=n_groups, replace=n_groups > len(self.train_pool))
+        N = len(self.train_pool)
+        pick = (epoch_chunk(N, n_groups, self._rollouts, self.cfg.seed)
+                if self.cfg.prompt_draw == "epoch" else
+                self.rng.choice(N, size=n_groups, replace=n_groups > N))
         problems = [self.train_pool[int(i)] for i in pick for _ in range(group_size)]
         self._begin_rollout()
         eps = self._run_episodes(problems, greedy=False)
