@@ -30,7 +30,8 @@ fraction of held-out problems whose final message changes between consecutive ch
 ``k ≥ 1``), the correctness flips and the spread of checkpoint-to-checkpoint changes; how
 often each training problem was drawn, replayed from the seeds (:func:`ours_prompt_counts`:
 ours draws ``B`` distinct problems per rollout from its numpy stream, independently every
-rollout; :func:`trl_prompt_counts`: TRL's ``RepeatSampler`` one permutation per epoch in
+rollout; :func:`epoch_prompt_counts`: ours with ``--prompt-draw epoch``;
+:func:`trl_prompt_counts`: TRL's ``RepeatSampler`` one permutation per epoch in
 chunks of ``B``, dropping the incomplete chunk); and ours' step records
 (:func:`step_profile`; TRL logs no step records in the study).
 
@@ -63,15 +64,18 @@ from experiments.llm_team_learning import (  # noqa: E402
 from experiments.study_metrics import curve_metrics  # noqa: E402
 
 __all__ = ["pair_noise", "variance_ratio", "format_course", "churn", "ours_prompt_counts",
-           "trl_prompt_counts", "step_profile", "run_profile", "pairs", "report", "main"]
+           "epoch_prompt_counts", "trl_prompt_counts", "step_profile", "run_profile", "pairs", "report", "main"]
 
 #: a checkpoint's format rate strictly between these is "mixed": the run is between the
 #: answer-line style and the bare ``a op b = c`` style
 MIXED = (0.1, 0.9)
 #: run -> its rerun (same problems, the trainer seed RERUN_SEED + s)
-RERUNS = {"plain": "plain-rerun", "trl-drgrpo": "trl-rerun"}
+RERUNS = {"plain": "plain-rerun", "trl-drgrpo": "trl-rerun", "plain-epoch": "plain-epoch-rerun"}
 #: the parity pairs themselves, for comparison with the rerun pairs
-CROSS = (("plain", "trl-drgrpo"), ("plain-rerun", "trl-rerun"))
+CROSS = (("plain", "trl-drgrpo"), ("plain-rerun", "trl-rerun"), ("plain-epoch", "trl-drgrpo"))
+#: the run-noise comparisons: each of ours' prompt draws (independent; epoch, TRL's) against
+#: TRL, on their rerun pairs
+VERSUS = (("plain", "trl-drgrpo"), ("plain-epoch", "trl-drgrpo"))
 DEFAULT_RUNS = Path(__file__).resolve().parents[1] / "figures" / "llm_team_learning" / "v2"
 
 
@@ -148,6 +152,17 @@ def ours_prompt_counts(seed: int, pool: int, per_rollout: int, rollouts: int) ->
     return counts
 
 
+def epoch_prompt_counts(seed: int, pool: int, per_rollout: int, rollouts: int) -> np.ndarray:
+    """The same for ours with ``--prompt-draw epoch`` (:func:`sat_llm.episodes.epoch_chunk`:
+    rollout ``r`` takes its chunk of epoch ``r // ⌊pool/B⌋``'s permutation)."""
+    from sat_llm.episodes import epoch_chunk
+
+    counts = np.zeros(pool, dtype=np.int64)
+    for r in range(rollouts):
+        counts[epoch_chunk(pool, per_rollout, r, seed)] += 1
+    return counts
+
+
 def trl_prompt_counts(seed: int, pool: int, per_generation: int, generations: int) -> np.ndarray:
     """The same for TRL's ``RepeatSampler`` with ``seed``: a ``torch.Generator`` seeded once
     draws one permutation of the pool per epoch; generation ``g`` takes its chunk of
@@ -204,7 +219,8 @@ def _trainer(d: Path) -> dict:
                     units=max(ks), clip=float(g["max_grad_norm"]))
     llm = cfg["backend"]["llm"]
     recs = _records(d / "metrics.jsonl")
-    return dict(kind="ours", seed=int(cfg["algorithm"]["seed"]), pool=int(llm["n_train"]),
+    kind = "ours-epoch" if llm.get("prompt_draw") == "epoch" else "ours"
+    return dict(kind=kind, seed=int(cfg["algorithm"]["seed"]), pool=int(llm["n_train"]),
                 per_unit=int(cfg["algorithm"]["n_groups"]), clip=float(llm["grad_clip"]),
                 units=max((int(r["rollout_id"]) for r in recs if r["kind"] == "step"), default=0))
 
@@ -216,8 +232,9 @@ def run_profile(d: Path) -> dict:
     texts = [[r["final"] for r in sorted(_records(d / f"eval_{k}.jsonl"), key=lambda r: r["id"])]
              for k in ks]
     t = _trainer(d)
-    counts = (trl_prompt_counts if t["kind"] == "trl" else ours_prompt_counts)(
-        t["seed"], t["pool"], t["per_unit"], t["units"])
+    counts = {"trl": trl_prompt_counts, "ours": ours_prompt_counts,
+              "ours-epoch": epoch_prompt_counts}[t["kind"]](t["seed"], t["pool"], t["per_unit"],
+                                                            t["units"])
     steps = step_profile(_records(d / "metrics.jsonl"), t["clip"])
     return dict(checkpoints=ks, auc=100 * curve_metrics(S)["auc"],
                 auc_strict=100 * curve_metrics(St)["auc"],
@@ -267,20 +284,23 @@ def report(runs: Path, lr: float = 1e-3) -> str:
                    f" | {p['lag1']:+.2f} | {p['disagree']:.3f} |")
     by = {m: [p for kind, mm, _, _, _, p in rows if kind == "rerun" and mm == m] for m in RERUNS}
     out += ["", "**Run noise per method** (rerun pairs; F = ratio of the mean squares, "
-            "plain over TRL; p: one-sided, under normal noise and by exact permutation):", "",
-            "| statistic | plain reruns | TRL reruns | F | p (normal) | p (permutation) |",
+            "ours over TRL; p: one-sided, under normal noise and by exact permutation):", "",
+            "| statistic | ours reruns | TRL reruns | F | p (normal) | p (permutation) |",
             "|---|---|---|---|---|---|"]
-    for key, label in (("auc", "AUC difference, RMS"), ("ck_rms", "checkpoint difference, RMS"),
-                       ("persistence", "persistence, mean")):
-        va, vb = ([p[key] for p in by[m]] for m in RERUNS)
-        if not va or not np.any(vb):  # no TRL rerun, or one without noise: no ratio
-            continue
-        agg = ((lambda v: math.sqrt(np.mean(np.square(v)))) if key != "persistence" else np.mean)
-        test = variance_ratio(va, vb) if key != "persistence" else None
-        tail = (f"{test['ratio']:.1f} | {test['p_normal']:.3f} | {test['p_perm']:.2f}"
-                if test else "— | — | —")
-        out.append(f"| {label} | {agg(va):.1f} (n = {len(va)}) | {agg(vb):.1f} (n = {len(vb)}) "
-                   f"| {tail} |")
+    for ours, trl in VERSUS:
+        for key, label in (("auc", "AUC difference, RMS"),
+                           ("ck_rms", "checkpoint difference, RMS"),
+                           ("persistence", "persistence, mean")):
+            va, vb = [p[key] for p in by[ours]], [p[key] for p in by[trl]]
+            if not va or not np.any(vb):  # no rerun of either, or TRL's without noise: no ratio
+                continue
+            agg = ((lambda v: math.sqrt(np.mean(np.square(v)))) if key != "persistence"
+                   else np.mean)
+            test = variance_ratio(va, vb) if key != "persistence" else None
+            tail = (f"{test['ratio']:.1f} | {test['p_normal']:.3f} | {test['p_perm']:.2f}"
+                    if test else "— | — | —")
+            out.append(f"| {label} ({ours}) | {agg(va):.1f} (n = {len(va)}) | {agg(vb):.1f} "
+                       f"(n = {len(vb)}) | {tail} |")
     names = sorted({x for *_, a, b, _ in rows for x in (a, b)})
     out += ["", "**Per run** (lenient / strict AUC; format: checkpoints k ≥ 1 with a format "
             f"rate in ({MIXED[0]}, {MIXED[1]}) and the final rate; churn between consecutive "

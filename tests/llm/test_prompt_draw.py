@@ -115,3 +115,12 @@ def test_the_study_runs_plain_with_epoch_draws_and_its_rerun_on_the_same_problem
     assert (flags[flags.index("--problem-seed") + 1] if "--problem-seed" in flags else None) \
         == problem_seed
     assert method in study.OURS_STUDY and study.parse_run(f"{method}_lr0.001_s2")[1] == method
+
+
+def test_study_noise_replays_epoch_draws_from_the_runs_seed():
+    from experiments.study_noise import epoch_prompt_counts, ours_prompt_counts
+
+    c = epoch_prompt_counts(3, 100, 8, 48)  # a study run: 48 rollouts of 8 of 100 problems
+    assert c.sum() == 48 * 8 and set(c.tolist()) == {3, 4}  # 12 chunks an epoch, 4 epochs
+    assert not np.array_equal(c, ours_prompt_counts(3, 100, 8, 48))
+    assert not np.array_equal(c, epoch_prompt_counts(4, 100, 8, 48))

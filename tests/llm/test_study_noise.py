@@ -4,6 +4,7 @@ hand-made run folders (each number moves when its input does)."""
 
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -107,9 +108,10 @@ def test_ours_prompt_counts_replay_the_rollouts_of_our_team():
     from sat_llm.episodes import EpisodeLoop
 
     class Stub(EpisodeLoop):
-        def __init__(self, seed, pool):
+        def __init__(self, seed, pool, draw="independent"):
             self.rng, self.train_pool = np.random.default_rng(seed), list(range(pool))
             self.gamma, self._rollouts, self.version = 1.0, 0, (0,)
+            self.cfg = SimpleNamespace(prompt_draw=draw, seed=seed)
 
         def _run_episodes(self, problems, *, greedy):
             return [([], [], 0.0) for _ in problems]
@@ -119,6 +121,11 @@ def test_ours_prompt_counts_replay_the_rollouts_of_our_team():
         counts[team.rollout(4, 2).extra["problems"]] += 1
     assert np.array_equal(sn.ours_prompt_counts(3, 10, 4, 7), counts)
     assert not np.array_equal(sn.ours_prompt_counts(4, 10, 4, 7), counts)
+    team, counts = Stub(3, 10, draw="epoch"), np.zeros(10, dtype=int)  # --prompt-draw epoch
+    for _ in range(7):
+        counts[team.rollout(4, 2).extra["problems"]] += 1
+    assert np.array_equal(sn.epoch_prompt_counts(3, 10, 4, 7), counts)
+    assert not np.array_equal(sn.ours_prompt_counts(3, 10, 4, 7), counts)
 
 
 def test_trl_prompt_counts_replay_trls_repeat_sampler():
