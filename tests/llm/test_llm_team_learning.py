@@ -177,7 +177,14 @@ def _fake_run(out, name, scores, *, method_kl=0.01):
                             score=float(x), correct=bool(x), lenient=float(x), strict=float(x),
                             format_ok=bool(x))) + "\n" for i, x in enumerate(row)))
     (d / "metrics.jsonl").write_text(json.dumps(dict(kind="step", stage=0, seconds=60.0,
-                                                     kl=method_kl)) + "\n")
+                                                     kl=method_kl, rollout_id=units)) + "\n")
+    # the trainer's record, as each side writes it (what study_noise.py reads)
+    conf = (dict(grpo=dict(seed=seed, generation_batch_size=cfg.prompts * cfg.group_size,
+                           num_generations=cfg.group_size, max_grad_norm=1.0),
+                 study=dict(n_train=cfg.n_train)) if method.startswith("trl") else
+            dict(algorithm=dict(seed=seed, n_groups=cfg.prompts),
+                 backend=dict(llm=dict(n_train=cfg.n_train, grad_clip=1.0))))
+    (d / "config.json").write_text(json.dumps(conf))
     (d / "study.json").write_text(json.dumps(dict(
         run=name, method=method, lr=lr, seed=seed, tune=tune, finished=True, wall_seconds=120.0,
         study=study.asdict(cfg), load_start=[1.0, 1, 1], load_end=[2.0, 2, 2])))
@@ -248,11 +255,14 @@ def test_report_section_of_the_common_study_is_generated_from_the_run_folders(tm
     from experiments import report
 
     assert "Not yet run" in report.section_llm_common(tmp_path / "nowhere")
-    _fake_run(tmp_path, "plain_lr0.001_s0", [[0, 1, 0, 1], [1, 1, 0, 1]])
-    _fake_run(tmp_path, "trl-drgrpo_lr0.001_s0", [[0, 1, 0, 1], [1, 0, 1, 1]])
+    _fake_run(tmp_path, "plain_lr0.001_s0", [[0, 1, 0, 1], [1, 1, 0, 1], [1, 1, 0, 1]])
+    _fake_run(tmp_path, "trl-drgrpo_lr0.001_s0", [[0, 1, 0, 1], [1, 0, 1, 1], [1, 0, 1, 1]])
     text = report.section_llm_common(tmp_path)
     assert "includes 0 on 1 of 1 seed(s) run" in text and f"Finished: 2 of the queue's {len(study.queue_issue21())}" in text
     assert (tmp_path / "parity.md").read_text() in text
+    # the run-noise tables: the one pair (plain - TRL, equal accuracies: AUC difference 0)
+    assert (tmp_path / "noise.md").read_text() in text
+    assert "| plain_lr0.001_s0 − trl-drgrpo_lr0.001_s0 | +0.0 |" in text
 
 
 def test_trl_rerun_keeps_the_seeds_problems_and_changes_trls_own_seed(tmp_path):
