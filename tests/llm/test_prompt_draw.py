@@ -121,6 +121,8 @@ def test_study_noise_replays_epoch_draws_from_the_runs_seed():
     from experiments.study_noise import epoch_prompt_counts, ours_prompt_counts
 
     c = epoch_prompt_counts(3, 100, 8, 48)  # a study run: 48 rollouts of 8 of 100 problems
-    assert c.sum() == 48 * 8 and set(c.tolist()) == {3, 4}  # 12 chunks an epoch, 4 epochs
-    assert not np.array_equal(c, ours_prompt_counts(3, 100, 8, 48))
+    # 12 chunks an epoch, 4 epochs, each dropping 4 problems: at most one draw per epoch
+    assert c.sum() == 48 * 8 and c.max() <= 4
+    indep = ours_prompt_counts(3, 100, 8, 48)
+    assert indep.max() > 4 and c.std() < indep.std()
     assert not np.array_equal(c, epoch_prompt_counts(4, 100, 8, 48))
