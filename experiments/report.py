@@ -759,16 +759,14 @@ def _run_noise_paragraph(par: list[dict]) -> str:
     run_noise_interval`): the per-seed lenient AUC differences plain − TRL against the
     reruns' differences TRL − TRL rerun and, once there are any, plain − plain rerun (then
     the two methods' noise is not assumed equal), once there are two seeds and a TRL rerun."""
-    from experiments.study_metrics import run_noise_interval
+    from experiments.study_conclusions import parity_run_noise, run_noise_inputs
 
-    diffs = [p["lenient_auc"][0] for p in par]
-    reruns = [p["noise_floor_auc"][0] for p in par if p["noise_floor_auc"]]
-    plain = [p["noise_floor_plain_auc"][0] for p in par if p.get("noise_floor_plain_auc")]
+    diffs, reruns, plain = run_noise_inputs(par)
     head = "**Against the run noise** (lenient AUC, `study_metrics.run_noise_interval`): "
-    if len(diffs) < 2 or not reruns:
+    r = parity_run_noise(par)
+    if r is None:
         return head + ("not yet measured: it needs plain − TRL on two seeds and at least one "
                        f"TRL rerun ({len(diffs)} and {len(reruns)} so far).\n")
-    r = run_noise_interval(diffs, reruns, reruns_a=plain or None)
     pts = lambda iv: f"{100 * iv[0]:+.1f} [{100 * iv[1]:+.1f}, {100 * iv[2]:+.1f}]"  # noqa: E731
     rms = lambda x: 100 * (sum(v * v for v in x) / len(x)) ** 0.5  # noqa: E731
     seeds = ", ".join(f"seed {p['seed']} {100 * d:+.1f} ({'within' if w else 'beyond'})"

@@ -153,12 +153,18 @@ def parity_run_noise(par: list[dict]) -> dict | None:
     differences plain − TRL, the TRL reruns' and (once there are any) the plain reruns'
     differences, as ``experiments.report._run_noise_paragraph`` computes it; ``None`` before
     two seeds and one TRL rerun."""
-    diffs = [p["lenient_auc"][0] for p in par]
-    reruns = [p["noise_floor_auc"][0] for p in par if p["noise_floor_auc"]]
-    plain = [p["noise_floor_plain_auc"][0] for p in par if p.get("noise_floor_plain_auc")]
+    diffs, reruns, plain = run_noise_inputs(par)
     if len(diffs) < 2 or not reruns:
         return None
     return run_noise_interval(diffs, reruns, reruns_a=plain or None)
+
+
+def run_noise_inputs(par: list[dict]) -> tuple[list, list, list]:
+    """``(plain − TRL, TRL − TRL rerun, plain − plain rerun)``: the per-seed lenient AUC
+    differences of the parity runs ``par`` (the reruns' where they have run)."""
+    return ([p["lenient_auc"][0] for p in par],
+            [p["noise_floor_auc"][0] for p in par if p["noise_floor_auc"]],
+            [p["noise_floor_plain_auc"][0] for p in par if p.get("noise_floor_plain_auc")])
 
 
 def _agree(verdicts: dict) -> str:
