@@ -11,7 +11,7 @@ Cases: n = 1 and n = 2; ``sat`` and ``no-tr`` (β = 0); a learning rate far too 
 ratio form and micro-batches (reference rows read across chunks).
 
 Exact equality holds on the machine and library versions that wrote the file (its
-``environment``); elsewhere float roundoff of other SIMD kernels may differ, so there the
+``environment``: torch, transformers, SIMD capability, CPU model and flags); elsewhere float roundoff of other SIMD kernels may differ, so there the
 floats are compared to a relative 1e-4 (or 1e-9 absolute, for values near 0) and everything
 else exactly (and a sampled token that
 flips on such a machine fails the test: regenerate the file there with ``--write``).
@@ -74,12 +74,30 @@ CASES = {
 }
 
 
+def cpu_fingerprint() -> str:
+    """The CPU's model name and a hash of its feature flags (``/proc/cpuinfo``): two CPUs of
+    the same SIMD capability can still round float32 kernels differently (the golden of an
+    AVX-512 Intel machine failed exactly on another AVX-512 machine by ~1e-6 relative, while
+    the code before and after the optimisations gave bit-equal records on one AVX2 machine)."""
+    import hashlib
+    import platform
+
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = hashlib.sha256(fields.get("flags", "").encode()).hexdigest()[:12]
+    return f"{fields.get('model name', platform.machine())} flags {flags}"
+
+
 def environment() -> dict:
     import torch
     import transformers
 
     return dict(torch=torch.__version__, transformers=transformers.__version__,
-                cpu_capability=torch.backends.cpu.get_cpu_capability())
+                cpu_capability=torch.backends.cpu.get_cpu_capability(), cpu=cpu_fingerprint())
 
 
 def _plain(x):

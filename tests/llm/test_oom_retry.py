@@ -8,11 +8,12 @@ update without any error, use every turn in exactly one micro-batch of each mini
 final try, and leave the reference pass of every row filled with the numbers a run without
 errors computes.
 
-Tolerance ``1e-6`` (absolute and relative): micro-batching runs the float32 model on other
+Tolerance ``1e-5`` (absolute and relative): micro-batching runs the float32 model on other
 row groups, each padded to its own longest message, and sums a minibatch's gradient over
 them, so the same float32 operations run in another order and blocking (roundoff ~1e-7
 relative per operation, a few accumulations deep; the reference pass differs by ~1e-7 for
-the same reason, its log-softmax and the KL being float64). A skipped or repeated row
+the same reason, its log-softmax and the KL being float64). Measured: 3e-7 on an AVX2 CPU
+and 1.25e-6 (one weight of 256) on an AVX-512 one, so 1e-6 was too tight for the latter. A skipped or repeated row
 changes these numbers by far more (its share of the minibatch, ~1/4 here).
 
 The ``token`` ratio reads the reference pass in the surrogate too (``sequence`` only in
@@ -35,7 +36,7 @@ from sat_llm.team import LLMConfig, LLMTeam  # noqa: E402
 
 torch.set_num_threads(1)
 
-TOL = dict(rtol=1e-6, atol=1e-6)
+TOL = dict(rtol=1e-5, atol=1e-5)
 #: the update's logged numbers that must not depend on the micro-batch size
 LOGGED = ("opt_steps", "loss", "kl_train", "surrogate_clip", "grad_norm", "lr")
 
