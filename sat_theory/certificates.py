@@ -150,36 +150,45 @@ def stage_certificate(mdp: FactorizedMDP, current: TeamPolicy, target: TeamPolic
     See docs/theory.md §4.
     """
     order = check_order(order, mdp.n_agents)
-    n, g = len(order), mdp.gamma
+    n = len(order)
     if evaluations is None:
         evaluations = [evaluate(mdp, p) for p in intermediate_policies(current, target, order)]
     if advantages is not None and len(advantages) != n:
         raise InputError(f"advantages must have one (S, K) array per step ({n}), got {len(advantages)}")
     f_exact = [expected_advantage(evaluations[i].pi, evaluations[i - 1].A) for i in range(1, n + 1)]
     f_hat, zeta = _estimated_surrogates(evaluations, f_exact, advantages, zeta)
-    ev0 = evaluations[0]
-    steps = []
-    for i, j in enumerate(order, start=1):
-        prev, nxt = evaluations[i - 1], evaluations[i]
-        kl = factor_kl(mdp, current.factors[j], target.factors[j], j)
-        act = mdp.active[:, j]
-        f = f_hat[i - 1]
-        delta = _expect(prev.d, kl)
-        delta_max = float(kl[act].max()) if act.any() else 0.0
-        L_seq = float(prev.d @ f) / (1 - g)
-        c_i = penalty_constant(g, prev.A_max)
-        steps.append(StepCertificate(
-            step=i, agent=j, L_seq=L_seq, L_stale=float(ev0.d @ f) / (1 - g),
-            delta=delta, delta_max=delta_max,
-            tv=float(prev.d @ factor_tv(mdp, current.factors[j], target.factors[j], j)),
-            A_max=prev.A_max, f_inf=float(np.abs(f_exact[i - 1]).max()), zeta=float(zeta[i - 1]),
-            true_gain=nxt.J - prev.J,
-            bound=L_seq - c_i * math.sqrt(delta) - zeta[i - 1] / (1 - g),
-            bound_max=L_seq - c_i * math.sqrt(delta_max) - zeta[i - 1] / (1 - g),
-            holds=False,
-        ))
-        steps[-1].holds = holds(steps[-1].true_gain, steps[-1].bound)
-    return _assemble(order, steps, g, ev0.J, evaluations[-1].J)
+    steps = [_step_certificate(mdp, current, target, evaluations, i, j, f_hat[i - 1],
+                               f_exact[i - 1], zeta)
+             for i, j in enumerate(order, start=1)]
+    return _assemble(order, steps, mdp.gamma, evaluations[0].J, evaluations[-1].J)
+
+
+def _step_certificate(mdp: FactorizedMDP, current: TeamPolicy, target: TeamPolicy,
+                      evaluations: list[Evaluation], i: int, j: int, f: np.ndarray,
+                      f_exact: np.ndarray, zeta: np.ndarray) -> StepCertificate:
+    """The exact terms of step ``i`` (agent ``j = σ(i)``), module docstring: ``δ_i``,
+    ``δ_i^max``, ``L_i^seq``, ``L_i^stale``, ``E_{d^{i−1}} TV_i``, ``A_max,i``, ``‖f_i‖∞``,
+    ``true_gain_i`` and the step bounds (TeamTR Thm 3.4, SAT Thm 4.2). ``f``: the surrogate's
+    ``f̂_i`` (S,); ``f_exact``: the exact ``f_i`` (S,); ``zeta``: every ``ζ`` in update order."""
+    g, ev0, prev, nxt = mdp.gamma, evaluations[0], evaluations[i - 1], evaluations[i]
+    kl = factor_kl(mdp, current.factors[j], target.factors[j], j)
+    act = mdp.active[:, j]
+    delta = _expect(prev.d, kl)
+    delta_max = float(kl[act].max()) if act.any() else 0.0
+    L_seq = float(prev.d @ f) / (1 - g)
+    c_i = penalty_constant(g, prev.A_max)
+    step = StepCertificate(
+        step=i, agent=j, L_seq=L_seq, L_stale=float(ev0.d @ f) / (1 - g),
+        delta=delta, delta_max=delta_max,
+        tv=float(prev.d @ factor_tv(mdp, current.factors[j], target.factors[j], j)),
+        A_max=prev.A_max, f_inf=float(np.abs(f_exact).max()), zeta=float(zeta[i - 1]),
+        true_gain=nxt.J - prev.J,
+        bound=L_seq - c_i * math.sqrt(delta) - zeta[i - 1] / (1 - g),
+        bound_max=L_seq - c_i * math.sqrt(delta_max) - zeta[i - 1] / (1 - g),
+        holds=False,
+    )
+    step.holds = holds(step.true_gain, step.bound)
+    return step
 
 
 def _estimated_surrogates(evaluations: list[Evaluation], f_exact: list[np.ndarray], advantages,

@@ -61,7 +61,7 @@ class Mutation:
 
 
 MUTATIONS = [
-    Mutation("delta_under_stage_start_occupancy", "sat_theory.certificates", "stage_certificate",
+    Mutation("delta_under_stage_start_occupancy", "sat_theory.certificates", "_step_certificate",
              "delta = _expect(prev.d, kl)", "delta = _expect(ev0.d, kl)",
              ("single_step_bound",)),
     Mutation("stage_A_max_min", "sat_theory.certificates", "_assemble",
@@ -78,7 +78,7 @@ MUTATIONS = [
              "2 * g * s.f_inf * s.tv", "g * s.f_inf * s.tv", ("joint_stage_bound_all_orders",)),
     Mutation("fnorm_rung_missing_sqrt2", "sat_theory.certificates", "_assemble",
              "math.sqrt(2) * g * s.f_inf", "g * s.f_inf", ("joint_stage_bound_all_orders",)),
-    Mutation("kl_direction_swapped", "sat_theory.certificates", "stage_certificate",
+    Mutation("kl_direction_swapped", "sat_theory.certificates", "_step_certificate",
              "kl = factor_kl(mdp, current.factors[j], target.factors[j], j)",
              "kl = factor_kl(mdp, target.factors[j], current.factors[j], j)",
              ("certificate_definitions", "certificate_tightening"),
@@ -100,7 +100,7 @@ MUTATIONS = [
              "f_exact = [expected_advantage(evaluations[i].pi, evaluations[i - 1].A)",
              "f_exact = [expected_advantage(evaluations[i - 1].pi, evaluations[i - 1].A)",
              ("single_step_bound", "joint_stage_bound_all_orders")),
-    Mutation("surrogate_missing_horizon", "sat_theory.certificates", "stage_certificate",
+    Mutation("surrogate_missing_horizon", "sat_theory.certificates", "_step_certificate",
              "L_seq = float(prev.d @ f) / (1 - g)", "L_seq = float(prev.d @ f)",
              ("single_step_bound", "joint_stage_bound_all_orders")),
     Mutation("zeta_missing_horizon", "sat_theory.certificates", "stage_lower_bound",
@@ -110,7 +110,7 @@ MUTATIONS = [
              ("certificate_definitions",),
              why="no bound check reports it (measured): √Σδ_i ≥ Σ√δ_i/√n, so the stage penalty "
                  "shrinks by at most √n, and the n ≥ 2 cases leave more of it unused"),
-    Mutation("step_zeta_dropped", "sat_theory.certificates", "stage_certificate",
+    Mutation("step_zeta_dropped", "sat_theory.certificates", "_step_certificate",
              "bound=L_seq - c_i * math.sqrt(delta) - zeta[i - 1] / (1 - g),",
              "bound=L_seq - c_i * math.sqrt(delta),", ("estimated_advantage_bound",)),
     # ---------------------------------------------------------------- issue 25
