@@ -314,8 +314,9 @@ import sat_theory, sat_theory.runner, sat_theory.backends, sat_theory.tabular_te
 assert not [m for m in sys.modules if m.split(".")[0] == "sat_llm"], "the core imported sat_llm"
 assert "llm" not in sat_theory.backends.BACKENDS  # the core does not name sat_llm
 import sat_llm.backend, sat_llm.trainer
-deferred = ("sat_theory.commands", "sat_theory.commands._io")  # JSON helpers (test_layering)
-assert not [m for m in sys.modules if m.startswith("sat_theory.commands") and m not in deferred]
+below_cli = [m for m in sys.modules if m.startswith("sat_theory.commands") or m == "sat_theory.cli"]
+assert not below_cli, f"the core or sat_llm imported the command line: {below_cli}"
+assert not [m for m in sys.modules if m.split(".")[0] == "experiments"]
 assert sat_theory.runner.load_backend("llm").__module__ == "sat_llm.backend"
 import sat_theory.commands.train  # the command line registers it too
 assert sat_theory.backends.BACKENDS["llm"] == "sat_llm.backend:LLMBackend"
