@@ -197,8 +197,6 @@ def export_team(run_dir, out, *, stage: int | None = None, merged: bool = False,
     """Write the export folder ``out`` (module docstring) of the LLM run in ``run_dir``;
     returns the ``team.json`` record. The folder is assembled next to ``out`` and renamed
     into place, so a killed export leaves no half folder behind."""
-    from .models import hf_dir
-
     run_dir, out = Path(run_dir), Path(out)
     conf = _run_config(run_dir)
     if conf["backend"]["llm"].get("agent_models") is not None:
@@ -213,26 +211,8 @@ def export_team(run_dir, out, *, stage: int | None = None, merged: bool = False,
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        base_ref = dict(name=cfg.model, hub_id=HUB_IDS.get(cfg.model), path=None)
-        if include_base:
-            shutil.copytree(hf_dir(cfg.model, seed=cfg.seed), tmp / "base")
-            base_ref["path"] = "base"
-        pm = team._model(0)
-        for j in range(cfg.agents):
-            pm.save_pretrained(tmp / "_peft", selected_adapters=[f"agent{j}"])
-            (tmp / "_peft" / f"agent{j}").rename(tmp / f"agent{j}")
-            _fix_base_reference(tmp / f"agent{j}", base_ref)
-        shutil.rmtree(tmp / "_peft", ignore_errors=True)
-        from .protocol import views_record
-
-        info = dict(format=FORMAT, n_agents=cfg.agents, base_model=base_ref,
-                    agents=[dict(index=j, adapter=f"agent{j}") for j in range(cfg.agents)],
-                    protocol=_protocol_record(team),
-                    views=views_record(team.task, team.protocol, team.eval_set),
-                    task=dict(name=cfg.task, options=cfg.task_options),
-                    llm_config=cfg.to_dict(), algorithm=conf["algorithm"],
-                    metrics=_final_metrics(run_dir),
-                    source=dict(run_dir=str(run_dir.resolve()), weights=source))
+        base_ref = _write_weights(team, tmp, include_base)
+        info = _team_record(team, conf, run_dir, base_ref, source)
         if merged:
             for j in range(cfg.agents):
                 _write_merged(team, j, tmp / f"agent{j}" / "merged")
@@ -244,6 +224,42 @@ def export_team(run_dir, out, *, stage: int | None = None, merged: bool = False,
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return info
+
+
+def _write_weights(team, tmp: Path, include_base: bool) -> dict:
+    """The base model's folder ``base`` (when ``include_base``) and one peft adapter folder
+    ``agent{j}`` per agent in ``tmp``, each naming that base; returns team.json's
+    ``base_model`` record."""
+    from .models import hf_dir
+
+    cfg = team.cfg
+    base_ref = dict(name=cfg.model, hub_id=HUB_IDS.get(cfg.model), path=None)
+    if include_base:
+        shutil.copytree(hf_dir(cfg.model, seed=cfg.seed), tmp / "base")
+        base_ref["path"] = "base"
+    pm = team._model(0)
+    for j in range(cfg.agents):
+        pm.save_pretrained(tmp / "_peft", selected_adapters=[f"agent{j}"])
+        (tmp / "_peft" / f"agent{j}").rename(tmp / f"agent{j}")
+        _fix_base_reference(tmp / f"agent{j}", base_ref)
+    shutil.rmtree(tmp / "_peft", ignore_errors=True)
+    return base_ref
+
+
+def _team_record(team, conf: dict, run_dir: Path, base_ref: dict, source) -> dict:
+    """team.json (module docstring): the agents, protocol, views, task, settings, final
+    metrics and where the weights came from."""
+    from .protocol import views_record
+
+    cfg = team.cfg
+    return dict(format=FORMAT, n_agents=cfg.agents, base_model=base_ref,
+                agents=[dict(index=j, adapter=f"agent{j}") for j in range(cfg.agents)],
+                protocol=_protocol_record(team),
+                views=views_record(team.task, team.protocol, team.eval_set),
+                task=dict(name=cfg.task, options=cfg.task_options),
+                llm_config=cfg.to_dict(), algorithm=conf["algorithm"],
+                metrics=_final_metrics(run_dir),
+                source=dict(run_dir=str(run_dir.resolve()), weights=source))
 
 
 def _check_export_out(run_dir: Path, out: Path, overwrite: bool) -> None:
