@@ -202,50 +202,64 @@ def validate_plan(plan: str, init: dict[str, str], goal: dict[str, str]) -> tupl
     x clear, hand empty. Lines that are not actions (empty, ``Plan:``, numbering) are skipped."""
     on = dict(init)
     holding: str | None = None
-
-    def clear(b):
-        return holding != b and all(v != b for v in on.values())
-
     for raw in plan.splitlines():
-        line = re.sub(r"^\s*(?:\d+[.)]|[-*])\s*", "", raw.strip().lower()).rstrip(".")
-        line = re.sub(r"^(?:plan|answer)\s*:\s*", "", line)
-        if not line:
+        action = _plan_action(raw)
+        if action is None:
             continue
-        for rx, name in _ACTION_RE:
-            m = rx.match(line)
-            if m:
-                kind = name
-                break
-        else:
-            continue
-        args = m.groups()
+        kind, args, line = action
         if any(a not in on and a != holding for a in args):
             return False, f"unknown block in {line!r}"
-        x = args[0]
-        if kind == "pickup":
-            if holding or on.get(x) != "table" or not clear(x):
-                return False, f"illegal: {line}"
-            holding = x
-            del on[x]
-        elif kind == "putdown":
-            if holding != x:
-                return False, f"illegal: {line}"
-            on[x], holding = "table", None
-        elif kind == "stack":
-            y = args[1]
-            if holding != x or x == y or y not in on or not clear(y):
-                return False, f"illegal: {line}"
-            on[x], holding = y, None
-        else:  # unstack
-            y = args[1]
-            if holding or on.get(x) != y or not clear(x):
-                return False, f"illegal: {line}"
-            holding = x
-            del on[x]
+        legal, holding = _blocksworld_step(kind, args, on, holding)
+        if not legal:
+            return False, f"illegal: {line}"
     if holding is not None:
         return False, "still holding a block"
     ok = all(on.get(b) == w for b, w in goal.items())
     return ok, "goal reached" if ok else "goal not reached"
+
+
+def _plan_action(raw: str) -> tuple[str, tuple[str, ...], str] | None:
+    """``(kind, blocks, line)`` of one plan line (numbering, bullets, ``Plan:`` and a final
+    period stripped; lower case), or ``None`` when the line is no action."""
+    line = re.sub(r"^\s*(?:\d+[.)]|[-*])\s*", "", raw.strip().lower()).rstrip(".")
+    line = re.sub(r"^(?:plan|answer)\s*:\s*", "", line)
+    if not line:
+        return None
+    for rx, name in _ACTION_RE:
+        m = rx.match(line)
+        if m:
+            return name, m.groups(), line
+    return None
+
+
+def _blocksworld_step(kind: str, args: tuple[str, ...], on: dict[str, str],
+                      holding: str | None) -> tuple[bool, str | None]:
+    """One action under :func:`validate_plan`'s preconditions: ``(legal, the block held
+    after)``; ``on`` (block → what it sits on) changes in place only when it is legal."""
+    def clear(b):
+        return holding != b and all(v != b for v in on.values())
+
+    x = args[0]
+    if kind == "pickup":
+        if holding or on.get(x) != "table" or not clear(x):
+            return False, holding
+        del on[x]
+        return True, x
+    if kind == "putdown":
+        if holding != x:
+            return False, holding
+        on[x] = "table"
+        return True, None
+    y = args[1]
+    if kind == "stack":
+        if holding != x or x == y or y not in on or not clear(y):
+            return False, holding
+        on[x] = y
+        return True, None
+    if holding or on.get(x) != y or not clear(x):  # unstack
+        return False, holding
+    del on[x]
+    return True, x
 
 
 class BlocksworldTask(Task):
