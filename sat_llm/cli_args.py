@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from .config import ALGORITHM_DEFAULTS, DATASET_FLAGS, LLMConfig
+from .config import ALGORITHM_DEFAULTS, DATASET_FLAGS, EVAL_FRACTION, LLMConfig
 
 __all__ = ["add_arguments", "LLM_DEFAULTS", "DATASET_FLAGS"]
 
@@ -54,7 +54,7 @@ def _dataset_arguments(p) -> None:
                    help="held-out split, e.g. test (default: hold out --eval-fraction of --split)")
     g.add_argument("--eval-fraction", type=arg_type(fraction), default=None,
                    help=with_range("fraction of --split's rows held out, seeded shuffle (default "
-                                   "0.2)", fraction))
+                                   f"{EVAL_FRACTION})", fraction))
     g.add_argument("--checker", choices=("math-verify", "exact", "builtin"), default=None,
                    help="answer checker: math-verify (default; the math-verify package, plain "
                         "integers compared directly) | exact (the same string) | builtin (our "

@@ -21,11 +21,14 @@ from sat_theory.errors import InputError
 
 from .models import DTYPES
 
-__all__ = ["LLMConfig", "ALGORITHM_DEFAULTS", "DATASET_FLAGS"]
+__all__ = ["LLMConfig", "ALGORITHM_DEFAULTS", "DATASET_FLAGS", "EVAL_FRACTION"]
 
 #: flags of the dataset task (``sat_llm.cli_args``), passed to sat_llm.tasks.DatasetTask as
 #: task options
 DATASET_FLAGS = ("prompt_column", "answer_column", "split", "eval_split", "eval_fraction", "checker")
+
+#: the dataset task's default held-out share of ``--split``'s rows (``--eval-fraction``)
+EVAL_FRACTION = 0.2
 
 #: the LLM backend's defaults of algorithm settings (TrainConfig fields): prompts per
 #: rollout B = 8, episodes per prompt G = 4, radius δ = 0.05

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from sat_theory.errors import InputError
 
+from .config import EVAL_FRACTION
 from .task_base import (  # noqa: F401  (re-exported: the tasks' public names stay here)
     ANSWER_HINT,
     DEFAULT_RANGE,
@@ -429,7 +430,8 @@ CHECKERS = {"math-verify": math_verify_equal, "exact": exact_equal, "builtin": m
 class DatasetTask(Task):
     """A local dataset of prompts and gold answers (``--dataset PATH``, read by
     :mod:`sat_llm.data`). Training problems come from ``split``; held-out ones from
-    ``eval_split`` when given, else from ``eval_fraction`` (default 0.2) of ``split``'s rows
+    ``eval_split`` when given, else from ``eval_fraction`` (default
+    :data:`~sat_llm.config.EVAL_FRACTION`, 0.2) of ``split``'s rows
     (seeded shuffle, the rest train). The final message's answer (:func:`extract_answer`) is
     scored 1 when ``checker`` (:data:`CHECKERS`) finds it equal to the gold answer.
     ``fingerprint``: the rows' hash recorded by a run; a dataset that no longer matches it
@@ -453,7 +455,7 @@ class DatasetTask(Task):
         if eval_split is not None and eval_fraction is not None:
             raise InputError("give --eval-split or --eval-fraction, not both")
         if eval_split is None:
-            eval_fraction = 0.2 if eval_fraction is None else eval_fraction
+            eval_fraction = EVAL_FRACTION if eval_fraction is None else eval_fraction
             if not 0 < eval_fraction < 1:
                 raise InputError(f"eval fraction must be in (0, 1), got {eval_fraction}")
         splits = data.load_splits(path)
