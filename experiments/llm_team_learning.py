@@ -86,6 +86,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from experiments import peer_runs  # noqa: E402
 from sat_theory.metrics import write_json_atomic  # noqa: E402
 
 #: method -> (sat train flags, stages at the common token budget per unit of ``--budget``)
@@ -235,230 +236,6 @@ def run_ours(cfg: StudyConfig, method: str, seed: int, out: Path, resume: bool,
     return d
 
 
-
-# ------------------------------------------------------------------ peers: shared plumbing
-#: a peer run's checkpoint folder inside its run folder: the peer's own checkpoint
-#: (``checkpoint-N/``) and :data:`PEER_CKPT_RECORD`, written after it, which names it
-PEER_CKPT = "ckpt"
-PEER_CKPT_RECORD = "latest.json"
-PEER_CKPT_FORMAT = "sat-peer-ckpt/1"
-_PEER_CKPT_DIR = r"checkpoint-\d+"
-
-
-def peer_error(msg: str):
-    """One line on stderr and exit status 2 (bad input: a checkpoint we did not write)."""
-    print(f"llm_team_learning: error: {msg}", file=sys.stderr)
-    raise SystemExit(2)
-
-
-def _sha256(path: Path, size: int | None = None) -> str:
-    """SHA-256 of ``path``'s first ``size`` bytes (all when ``None``)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        left = size
-        while left is None or left > 0:
-            chunk = f.read(1 << 20 if left is None else min(1 << 20, left))
-            if not chunk:
-                break
-            h.update(chunk)
-            if left is not None:
-                left -= len(chunk)
-    return h.hexdigest()
-
-
-def _ckpt_files(folder: Path) -> dict[str, str]:
-    """``{relative path: sha256}`` of every file under ``folder`` (a symlink or anything that
-    is not a regular file or a folder is an error: nothing of that kind is ours)."""
-    import stat
-
-    files = {}
-    for root, dirs, names in os.walk(folder, followlinks=False):
-        for n in [*dirs, *names]:
-            p = Path(root) / n
-            mode = os.lstat(p).st_mode
-            if stat.S_ISDIR(mode):
-                continue
-            if not stat.S_ISREG(mode):
-                peer_error(f"{p} is not a regular file; this checkpoint was not written by the "
-                           "study (nothing was loaded)")
-            files[p.relative_to(folder).as_posix()] = _sha256(p)
-    return files
-
-
-def write_peer_checkpoint(d: Path, name: str, k: int, state: dict) -> None:
-    """Commit the peer's checkpoint ``d/ckpt/<name>`` (complete on disk) as the run's
-    checkpoint after evaluation ``k``: :data:`PEER_CKPT_RECORD` (written atomically) holds
-    the SHA-256 of each of its files, of ``config.json`` (the run it belongs to) and of the
-    ``metrics.jsonl`` written so far (and its length), and ``state`` (our counters). Then the
-    older ``checkpoint-*`` folders go. A kill at any point leaves the previous record and the
-    checkpoint it names whole."""
-    import re
-
-    ck = d / PEER_CKPT
-    metrics = d / "metrics.jsonl"
-    size = metrics.stat().st_size
-    record = dict(format=PEER_CKPT_FORMAT, dir=name, eval=k, state=state,
-                  config_sha256=_sha256(d / "config.json"),
-                  metrics=dict(bytes=size, sha256=_sha256(metrics, size)),
-                  files=_ckpt_files(ck / name))
-    write_json_atomic(ck / PEER_CKPT_RECORD, record)
-    for p in ck.iterdir():  # the older checkpoints (and a torn one of a killed save)
-        if p.name != name and re.fullmatch(_PEER_CKPT_DIR, p.name) and not p.is_symlink():
-            shutil.rmtree(p)
-
-
-def peer_checkpoint(d: Path) -> dict | None:
-    """The checkpoint record of the peer run in ``d`` (:func:`write_peer_checkpoint`), verified,
-    or ``None`` when there is none. Refused (one line, exit 2; nothing loaded): a folder
-    without our run marker ``.sat-run``, a record that is not ours, a checkpoint of another
-    run (``config.json`` changed), a ``metrics.jsonl`` shorter or other than when it was
-    written, a checkpoint file changed, missing or added (only files the run wrote are
-    loaded)."""
-    import re
-
-    from sat_theory.ownership import MAX_JSON_BYTES, RUN_MARKER, read_marker
-
-    p = d / PEER_CKPT / PEER_CKPT_RECORD
-    if not p.exists():
-        return None
-    if read_marker(d) != "run":
-        peer_error(f"{d} has a checkpoint but no {RUN_MARKER} marker: not a run folder this "
-                   "study wrote; nothing was loaded (remove the folder to start again)")
-    try:
-        if not p.is_file() or p.is_symlink() or p.stat().st_size > MAX_JSON_BYTES:
-            raise ValueError
-        rec = json.loads(p.read_text(encoding="utf-8"))
-        name, files = rec["dir"], rec["files"]
-        ok = (rec["format"] == PEER_CKPT_FORMAT and re.fullmatch(_PEER_CKPT_DIR, name)
-              and isinstance(files, dict) and isinstance(rec["state"], dict)
-              and isinstance(rec["eval"], int))
-    except (OSError, ValueError, KeyError, TypeError):
-        ok = False
-    if not ok:
-        peer_error(f"{p} is not a checkpoint record of this study; nothing was loaded")
-    if not (d / "config.json").is_file() or _sha256(d / "config.json") != rec["config_sha256"]:
-        peer_error(f"{p} belongs to another run (its config.json differs); nothing was loaded")
-    metrics, want = d / "metrics.jsonl", rec["metrics"]
-    if (not metrics.is_file() or metrics.stat().st_size < want["bytes"]
-            or _sha256(metrics, want["bytes"]) != want["sha256"]):
-        peer_error(f"{metrics} is not the one the checkpoint {p} was written with; nothing "
-                   "was loaded")
-    folder = d / PEER_CKPT / name
-    if not folder.is_dir() or folder.is_symlink() or _ckpt_files(folder) != files:
-        peer_error(f"{folder}: its files are not those the run wrote (changed, missing or "
-                   "added); nothing was loaded")
-    rec["path"] = folder
-    return rec
-
-
-def rewind_peer_run(d: Path, rec: dict) -> None:
-    """Bring ``d`` back to the checkpoint ``rec``: ``metrics.jsonl`` cut to the records it
-    had then, the evaluations after ``rec["eval"]`` (and torn temporary files) removed, other
-    checkpoint folders removed; the continuation writes them again."""
-    import re
-
-    with open(d / "metrics.jsonl", "r+b") as f:
-        f.truncate(rec["metrics"]["bytes"])
-    for p in d.iterdir():
-        m = re.fullmatch(r"eval_(\d+)\.jsonl", p.name)
-        if (m and int(m.group(1)) > rec["eval"]) or re.fullmatch(r"\.eval_\d+\.jsonl\.tmp", p.name):
-            p.unlink()
-    for p in (d / PEER_CKPT).iterdir():
-        if p.name != rec["dir"] and re.fullmatch(_PEER_CKPT_DIR, p.name) and not p.is_symlink():
-            shutil.rmtree(p)
-
-
-def remove_peer_checkpoint(d: Path) -> None:
-    """Delete what a peer run wrote into ``d/ckpt`` (its checkpoint folders, the record and
-    its temporary files, TRL's model card), then the folder if nothing else is left."""
-    import re
-
-    ck = d / PEER_CKPT
-    if not ck.is_dir():
-        return
-    for p in ck.iterdir():
-        if re.fullmatch(_PEER_CKPT_DIR, p.name) and p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        elif (p.name in (PEER_CKPT_RECORD, "README.md")
-              or re.fullmatch(rf"\.{re.escape(PEER_CKPT_RECORD)}\.tmp\d+", p.name)):
-            p.unlink()
-    if not any(ck.iterdir()):
-        ck.rmdir()
-
-
-def start_peer_run(d: Path, resume: bool = False) -> tuple[bool, dict | None]:
-    """``(run, checkpoint)`` for a peer run in ``d``: ``(False, None)`` when it finished
-    already; with ``resume`` and a checkpoint, ``(True, record)`` (:func:`peer_checkpoint`,
-    verified; the caller checks its own settings against the run's ``config.json``, then
-    :func:`rewind_peer_run`); else ``(True, None)`` and a fresh folder carrying our run
-    marker (a killed run without a checkpoint starts again)."""
-    from sat_theory.ownership import read_marker, write_marker
-
-    meta = d / "study.json"
-    if meta.is_file() and json.loads(meta.read_text()).get("finished"):
-        print(f"{d}: finished already")
-        if read_marker(d) == "run":  # killed between study.json and removing the checkpoint
-            remove_peer_checkpoint(d)
-        return False, None
-    rec = peer_checkpoint(d) if resume and d.is_dir() else None
-    if rec is not None:
-        return True, rec
-    if d.exists():
-        shutil.rmtree(d)
-    d.mkdir(parents=True)
-    write_marker(d, "run", ["config.json", "metrics.jsonl", "eval_*.jsonl", PEER_CKPT,
-                            "study.json"])
-    return True, None
-
-
-def resume_peer_config(d: Path, rec: dict | None, config: dict, where=()) -> None:
-    """A resumed run's settings ``config`` (what it would write as ``config.json``) must be
-    those of the checkpoint's run, else one line and exit 2 (nothing loaded, nothing
-    changed); then ``d`` is rewound to the checkpoint ``rec`` (:func:`rewind_peer_run`).
-    ``where``: key paths (tuples) of fields that name the folder itself (a moved run folder
-    still resumes), left out of the comparison. ``rec=None`` (a fresh run): nothing to do."""
-    from sat_theory.fileio import jsonable
-
-    def settings(conf: dict) -> dict:
-        conf = json.loads(json.dumps(jsonable(conf), allow_nan=False))  # a deep copy
-        for path in where:
-            node = conf
-            for key in path[:-1]:
-                node = node.get(key, {}) if isinstance(node, dict) else {}
-            if isinstance(node, dict):
-                node.pop(path[-1], None)
-        return conf
-
-    if rec is None:
-        return
-    if settings(json.loads((d / "config.json").read_text())) != settings(config):
-        peer_error(f"{d}: the checkpoint is of a run with other settings (config.json differs "
-                   "from this run's); nothing was loaded")
-    rewind_peer_run(d, rec)
-
-
-def log_peer_eval(d: Path, team, writer, k: int, **fields) -> None:
-    """Our greedy held-out evaluation of the peer's adapters (already copied into ``team``):
-    ``eval_{k}.jsonl`` and a stage record with ``fields`` (tokens, training seconds)."""
-    acc = team.evaluate()
-    tmp = d / f".eval_{k}.jsonl.tmp"
-    tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in team.eval_records()))
-    os.replace(tmp, d / f"eval_{k}.jsonl")
-    writer.log(dict(kind="stage", stage=k - 1, J_after=acc, eval_accuracy=acc, **fields))
-
-
-def finish_peer_run(d: Path, method: str, seed: int, t_start: float, cfg: StudyConfig,
-                    meta_extra: dict | None = None, wall_before: float = 0.0) -> None:
-    """``study.json`` of a finished peer run (``wall_seconds``: this session's plus
-    ``wall_before``, the earlier sessions' of a resumed run), then its checkpoint goes."""
-    write_json_atomic(d / "study.json", dict(method=method, seed=seed, finished=True,
-                                       wall_seconds=wall_before + time.time() - t_start,
-                                       study=asdict(cfg), **(meta_extra or {})))
-    remove_peer_checkpoint(d)
-
-
 # ------------------------------------------------------------------ TRL's GRPOTrainer (n = 1)
 def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int, eval_every: int = 4,
                   loss_type: str = "dapo", grad_clip: float = 1.0, meta_extra: dict | None = None,
@@ -479,11 +256,11 @@ def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int, eval_ever
     (``d/ckpt/checkpoint-N``, N = optimizer steps, a generation boundary: its buffer of
     ``steps_per_generation`` minibatches is used up): the LoRA adapter (safetensors), the
     AdamW and LR-scheduler states, the python/numpy/torch RNG states, the trainer state
-    (global step); then :func:`write_peer_checkpoint` commits it with our counters (tokens,
-    training and wall seconds). With ``resume`` and such a checkpoint the run continues from
-    it (:func:`start_peer_run`: verified, files rewound) and ends with the same
-    ``eval_*.jsonl`` bytes and ``metrics.jsonl`` records (timing aside) as a run never
-    stopped (``tests/llm/test_peer_resume.py``); the prompt order is TRL's sampler advanced
+    (global step); then :func:`experiments.peer_runs.write_peer_checkpoint` commits it with
+    our counters (tokens, training and wall seconds). With ``resume`` and such a checkpoint
+    the run continues from it (:func:`experiments.peer_runs.start_peer_run`: verified, files
+    rewound) and ends with the same ``eval_*.jsonl`` bytes and ``metrics.jsonl`` records
+    (timing aside) as a run never stopped (``tests/llm/test_peer_resume.py``); the prompt order is TRL's sampler advanced
     past the epochs already trained (:func:`experiments.peer_trl.resumable`). TRL loads
     its files with ``torch.load(weights_only=True)`` and safetensors only; the checkpoint is
     deleted when the run finishes."""
@@ -494,7 +271,7 @@ def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int, eval_ever
     from sat_llm.team import LLMTeam
     from sat_theory.metrics import RunWriter
 
-    go, ck = start_peer_run(d, resume)
+    go, ck = peer_runs.start_peer_run(d, resume)
     if not go:
         return d
     t_start = time.time()
@@ -509,7 +286,7 @@ def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int, eval_ever
                       group_size=cfg.group_size, prompts_per_step=cfg.prompts, lr=cfg.lr,
                       max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                       seed=seed if trainer_seed is None else trainer_seed,
-                      out_dir=d / PEER_CKPT, steps=steps * spg, loss_type=loss_type,
+                      out_dir=d / peer_runs.PEER_CKPT, steps=steps * spg, loss_type=loss_type,
                       grad_clip=grad_clip, per_device_train_batch_size=cfg.minibatch,
                       steps_per_generation=spg, **grpo)
     resumable(tr)
@@ -526,7 +303,7 @@ def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int, eval_ever
     tr.reward_funcs[0] = counting
     config = dict(peer="trl.GRPOTrainer", study=asdict(cfg), seed=seed,
                   trainer_seed=trainer_seed, grpo=tr.args.to_dict())
-    resume_peer_config(d, ck, config, where=[("grpo", "output_dir")])
+    peer_runs.resume_peer_config(d, ck, config, where=[("grpo", "output_dir")])
     writer = RunWriter(str(d), append=ck is not None)
     if ck is None:
         writer.write_config(config)
@@ -534,8 +311,8 @@ def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int, eval_ever
     wall_before = state["wall_seconds"]
 
     def evaluate(k: int) -> None:
-        log_peer_eval(d, team, writer, k, tokens_total=state["tokens_total"],
-                      train_seconds=state["train_seconds"])
+        peer_runs.log_peer_eval(d, team, writer, k, tokens_total=state["tokens_total"],
+                                train_seconds=state["train_seconds"])
 
     class EvalEvery(TrainerCallback):
         """Our evaluation after every ``eval_every``-th generation; a checkpoint after it."""
@@ -552,9 +329,10 @@ def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int, eval_ever
         def on_save(self, args, state_, control, **kw):
             name = f"checkpoint-{state_.global_step}"
             # a pickle of TrainingArguments; never loaded on resume, so not kept
-            (d / PEER_CKPT / name / "training_args.bin").unlink(missing_ok=True)
+            (d / peer_runs.PEER_CKPT / name / "training_args.bin").unlink(missing_ok=True)
             state["wall_seconds"] = wall_before + time.time() - t_start
-            write_peer_checkpoint(d, name, clock["k"], dict(state, global_step=state_.global_step))
+            peer_runs.write_peer_checkpoint(d, name, clock["k"],
+                                            dict(state, global_step=state_.global_step))
             clock["last"] = time.perf_counter()  # checkpointing is not training time
 
     if ck is None:
@@ -563,7 +341,7 @@ def run_study_trl(cfg: StudyConfig, seed: int, d: Path, *, steps: int, eval_ever
     tr.add_callback(EvalEvery())
     tr.train(resume_from_checkpoint=None if ck is None else str(ck["path"]))
     writer.close()
-    finish_peer_run(d, "trl", seed, t_start, cfg, meta_extra, wall_before)
+    peer_runs.finish_peer_run(d, "trl", seed, t_start, cfg, meta_extra, wall_before)
     return d
 
 
@@ -669,8 +447,9 @@ def run_one(cfg: StudyConfig, name: str, out: Path, resume: bool) -> Path:
     from experiments.study_queue import log_name, wall_clock
 
     wall_file = out / ".logs" / (log_name(name) + ".wall")
+    record = d / peer_runs.PEER_CKPT / peer_runs.PEER_CKPT_RECORD
     resumed = wall_file.is_file() and (_has_checkpoint(d) if method in OURS_STUDY else
-                                       (d / PEER_CKPT / PEER_CKPT_RECORD).is_file())
+                                       record.is_file())
     with wall_clock(wall_file, resumed) as wall:
         _train_one(cfg, method, seed, d, out, resume, units, at, extra)
     meta = json.loads((d / "study.json").read_text())

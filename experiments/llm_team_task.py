@@ -24,7 +24,8 @@ the exact commands.
 
 **The study** (issue #22 item 3; ``OUT/study/``), on the rules of the issue-21 common-schedule
 study (:mod:`experiments.llm_team_learning`, whose ``StudyConfig``, ``run_ours``, learning-rate
-grid, validation size and peer plumbing it imports): the methods of :data:`STUDY_METHODS` —
+grid and validation size it imports; the peers' run plumbing from :mod:`experiments.peer_runs`):
+the methods of :data:`STUDY_METHODS` —
 SAT, naive (stale batch), joint, ours-plain (``no-tr``), CoMLRL's MAGRPO
 (:mod:`experiments.peer_comlrl`, one turn per agent, views kept private) — for n = 2 and 3,
 and the full-view single agent as the reference (its ``n`` is the team size whose budget it
@@ -443,7 +444,7 @@ def run_one(cfg, name: str, root: Path, resume: bool, n_validation: int | None =
         print(f"{d}: finished already")
         return d
     # ours resume from a checkpoint, CoMLRL from its ckpt/ record; a run without one starts again
-    from experiments.llm_team_learning import PEER_CKPT, PEER_CKPT_RECORD
+    from experiments.peer_runs import PEER_CKPT, PEER_CKPT_RECORD
 
     resumed = ((d / PEER_CKPT / PEER_CKPT_RECORD).is_file() if method in PEERS
                else any(d.glob("checkpoint*")))

@@ -198,7 +198,7 @@ def run_study_comlrl(cfg, seed: int, d: Path, *, n_prompts: int, eval_every: int
     **Resumable, exactly.** After every evaluation but the last the run saves its state
     (:func:`_snapshot`, one safetensors state file ``d/ckpt/checkpoint-K/state.safetensors``,
     K = prompts trained; no pickle) and commits it
-    (:func:`experiments.llm_team_learning.write_peer_checkpoint`, with our counters). MAGRPO's
+    (:func:`experiments.peer_runs.write_peer_checkpoint`, with our counters). MAGRPO's
     own checkpoints are at epoch boundaries only (empty rollout buffers), and the study trains
     one epoch. With ``resume`` and a checkpoint the run continues from it: the state put
     back, the prompts after K (MAGRPO's data loader is sequential), the RNG states set just
@@ -209,7 +209,7 @@ def run_study_comlrl(cfg, seed: int, d: Path, *, n_prompts: int, eval_every: int
     from comlrl.trainers.reinforce.magrpo import MAGRPOConfig, MAGRPOTrainer
     from datasets import Dataset
 
-    from experiments import llm_team_learning as study
+    from experiments import peer_runs
     from experiments.peer_trl import adapter_into
     from sat_llm.protocol import problem_views
     from sat_llm.team import LLMTeam
@@ -218,7 +218,7 @@ def run_study_comlrl(cfg, seed: int, d: Path, *, n_prompts: int, eval_every: int
     from sat_theory.metrics import RunWriter
 
     n = n_agents
-    go, ck = study.start_peer_run(d, resume)
+    go, ck = peer_runs.start_peer_run(d, resume)
     if not go:
         return d
     t_start = time.time()
@@ -281,14 +281,14 @@ def run_study_comlrl(cfg, seed: int, d: Path, *, n_prompts: int, eval_every: int
     config = dict(peer="comlrl.MAGRPOTrainer", study=asdict(cfg), seed=seed,
                   n_prompts=n_prompts, magrpo=asdict(args),
                   **({} if n == 2 else dict(n_agents=n)))
-    study.resume_peer_config(d, ck, config)
+    peer_runs.resume_peer_config(d, ck, config)
     set_rng = None
     if ck is not None:
         try:
             set_rng = _restore(trainer, agents, load_state(ck["path"] / "state.safetensors"))
         except (InputError, KeyError, TypeError, ValueError, RuntimeError) as e:
-            study.peer_error(f"{ck['path']}: not a state this run can continue from "
-                             f"({type(e).__name__}: {str(e)[:120]}); nothing was loaded")
+            peer_runs.peer_error(f"{ck['path']}: not a state this run can continue from "
+                                 f"({type(e).__name__}: {str(e)[:120]}); nothing was loaded")
         state.update(ck["state"])
         trainer.train_dataset = Dataset.from_list(items[state["prompts"]:])
     writer = RunWriter(str(d), append=ck is not None)
@@ -300,18 +300,18 @@ def run_study_comlrl(cfg, seed: int, d: Path, *, n_prompts: int, eval_every: int
     def evaluate(k: int) -> None:
         for j, agent in enumerate(agents):
             adapter_into(team, agent, j)
-        study.log_peer_eval(d, team, writer, k, tokens_total=state["tokens_total"],
-                            train_seconds=state["train_seconds"], prompts=k)
+        peer_runs.log_peer_eval(d, team, writer, k, tokens_total=state["tokens_total"],
+                                train_seconds=state["train_seconds"], prompts=k)
 
     def checkpoint(k: int) -> None:
         name = f"checkpoint-{k}"
-        folder = d / study.PEER_CKPT / name
+        folder = d / peer_runs.PEER_CKPT / name
         if folder.exists():  # torn by a kill before its record was written
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
         save_state(folder / "state.safetensors", _snapshot(trainer, agents))
         state["wall_seconds"] = wall_before + time.time() - t_start
-        study.write_peer_checkpoint(d, name, k, dict(state))
+        peer_runs.write_peer_checkpoint(d, name, k, dict(state))
 
     step = trainer._train_step_returns
 
@@ -339,5 +339,5 @@ def run_study_comlrl(cfg, seed: int, d: Path, *, n_prompts: int, eval_every: int
     state["train_seconds"] += time.perf_counter() - clock["last"]
     evaluate(n_prompts)
     writer.close()
-    study.finish_peer_run(d, "comlrl", seed, t_start, cfg, meta_extra, wall_before)
+    peer_runs.finish_peer_run(d, "comlrl", seed, t_start, cfg, meta_extra, wall_before)
     return d

@@ -6,7 +6,9 @@ Layers, bottom to top: the core (``sat_theory`` but its CLI), the LLM package (`
 but its CLI), the command line (``sat_theory.cli``, ``sat_theory.commands.*``, the modules
 ``sat`` names as commands, ``sat_llm.cli_args``); ``experiments`` is outside the packages.
 Rules: no import cycle inside the packages; the core never reaches ``sat_llm``; nothing below
-the command line reaches it; no package module reaches ``experiments``.
+the command line reaches it; no package module reaches ``experiments``. The studies of
+``experiments/`` (scripts: their bare ``sys.path`` imports count too) import each other without
+a cycle either.
 A fresh interpreter shows the same at run time: the core imports no ``sat_llm`` module and
 finds the LLM backend through the registry.
 """
@@ -24,6 +26,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("sat_theory", "sat_llm")
+#: the studies (scripts and modules; their import graph is checked for cycles only)
+EXPERIMENTS = ("experiments",)
 
 #: known backward edges whose fix is deferred (each must still exist, so the list only
 #: shrinks): none left. ``sat_theory.verify.pipeline`` runs ``sat eval`` through the
@@ -68,16 +72,31 @@ def _resolve(name: str, known, top: str) -> str | None:
     return parts[0] if parts[0] == top else None
 
 
-def imports_of(module: str, path: Path, known, outside: str = "experiments") -> set[str]:
+def _script_import(name: str, here: list[str], known) -> str | None:
+    """The module a script's bare import ``name`` finds through ``sys.path``: a module of the
+    script's own folder ``here`` (``sys.path[0]``: ``from _common import …`` in
+    ``experiments/benchmarks/``), else one at the top of the tree (a folder the script puts on
+    ``sys.path``: ``from llm_team_learning import …``); ``None`` for anything else (numpy)."""
+    for base in (here, here[:1]):
+        if ".".join([*base, name.split(".")[0]]) in known:
+            return _resolve(".".join([*base, name]), known, "")
+    return None
+
+
+def imports_of(module: str, path: Path, known, outside: str = "experiments",
+               scripts: bool = False) -> set[str]:
     """Modules ``module`` reaches: every ``import``/``from`` anywhere in the file (also
     inside functions), every string constant naming a module (``"a.b"``, ``"a.b:attr"``) and,
-    as an edge to ``outside``, every ``sys.path`` edit (modules found outside the packages)."""
+    as an edge to ``outside``, every ``sys.path`` edit (modules found outside the packages).
+    ``scripts``: the files are also run as scripts, so a bare import that names no module
+    is looked up as :func:`_script_import` finds it."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     is_pkg = path.name == "__init__.py"
     here = module.split(".") if is_pkg else module.split(".")[:-1]
     out: set[str] = set()
     for node in ast.walk(tree):
         names: list[str] = []
+        bare = scripts and isinstance(node, (ast.Import, ast.ImportFrom)) and not getattr(node, "level", 0)
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -96,14 +115,17 @@ def imports_of(module: str, path: Path, known, outside: str = "experiments") -> 
             out.add(outside)  # imports from outside the packages by editing sys.path
         for n in names:
             r = _resolve(n, known, outside)
+            if r is None and bare:
+                r = _script_import(n, here, known)
             if r is not None and r != module:
                 out.add(r)
     return out
 
 
-def import_graph(root: Path, packages=PACKAGES) -> dict[str, set[str]]:
+def import_graph(root: Path, packages=PACKAGES, scripts: bool = False) -> dict[str, set[str]]:
+    """``{module: modules it reaches}`` of every module of ``packages`` (:func:`imports_of`)."""
     known = modules_of(root, packages)
-    return {m: imports_of(m, f, known) for m, f in known.items()}
+    return {m: imports_of(m, f, known, scripts=scripts) for m, f in known.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -305,6 +327,47 @@ def test_the_analysis_finds_cycles_through_function_imports_and_string_reference
     # and a clean package passes
     clean = import_graph(tmp_path, ("llmpkg",))
     assert cycles(clean) == []
+
+
+def test_no_import_cycle_among_the_experiments():
+    """The studies import each other without a cycle, imports inside functions and scripts'
+    bare imports included: what two studies share sits in a module both import
+    (``experiments.peer_runs``, the peers' run plumbing: ``llm_team_learning`` and
+    ``peer_comlrl`` imported each other, issue 24)."""
+    graph = import_graph(ROOT, EXPERIMENTS, scripts=True)
+    assert cycles(graph) == []
+    assert "experiments.peer_runs" in graph["experiments.peer_comlrl"]
+    assert "experiments.llm_team_learning" not in graph["experiments.peer_comlrl"]
+    assert not graph["experiments.peer_runs"] & {"experiments.llm_team_learning",
+                                                  "experiments.peer_comlrl"}
+
+
+def test_the_analysis_finds_cycles_among_study_scripts(tmp_path):
+    """The analysis of :func:`test_no_import_cycle_among_the_experiments`: a study and its
+    peer importing each other inside functions, and scripts whose bare imports (their own
+    folder, or the top folder they put on ``sys.path``) close a cycle, are found; a bare
+    import of an installed package is no edge; the shared-module layout has no cycle."""
+    _write(tmp_path / "bad", {
+        "studies/__init__.py": "",
+        "studies/study.py": "def run():\n    from studies.peer import train\n",
+        "studies/peer.py": "def train():\n    from studies import study\n    study.run()\n",
+        "studies/bench/tool.py": "import numpy\nfrom _common import x\n",
+        "studies/bench/_common.py": "def x():\n    import tool\n",
+        "studies/bench/cost.py": "from study import run\n",
+    })
+    graph = import_graph(tmp_path / "bad", ("studies",), scripts=True)
+    found = cycles(graph)
+    assert ["studies.peer", "studies.study"] in found
+    assert ["studies.bench._common", "studies.bench.tool"] in found
+    assert graph["studies.bench.tool"] == {"studies.bench._common"}
+    assert graph["studies.bench.cost"] == {"studies.study"}
+    _write(tmp_path / "good", {
+        "studies/__init__.py": "",
+        "studies/shared.py": "import json\n",
+        "studies/study.py": "from studies import shared\ndef run():\n    from studies.peer import train\n",
+        "studies/peer.py": "def train():\n    from studies import shared\n",
+    })
+    assert cycles(import_graph(tmp_path / "good", ("studies",), scripts=True)) == []
 
 
 # ------------------------------------------------------------------ item 1: layering

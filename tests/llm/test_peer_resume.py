@@ -39,7 +39,7 @@ pytest.importorskip("peft")
 pytest.importorskip("trl")
 
 from experiments import llm_team_learning as study  # noqa: E402
-from experiments import peer_trl  # noqa: E402
+from experiments import peer_runs, peer_trl  # noqa: E402
 
 CFG = study.StudyConfig(model="tiny-random", n_train=6, n_eval=8, prompts=2, group_size=2,
                         max_new_tokens=4, minibatch=2, lr=3e-2)
@@ -61,7 +61,7 @@ def _instrument(mp):
     evaluation ``k``."""
     import torch
 
-    make, copy, log = peer_trl.grpo_trainer, peer_trl.adapter_into, study.log_peer_eval
+    make, copy, log = peer_trl.grpo_trainer, peer_trl.adapter_into, peer_runs.log_peer_eval
     weights: list[str] = []
     stop_after = [None]
 
@@ -86,7 +86,7 @@ def _instrument(mp):
 
     mp.setattr(peer_trl, "grpo_trainer", grpo_trainer)
     mp.setattr(peer_trl, "adapter_into", adapter_into)
-    mp.setattr(study, "log_peer_eval", log_peer_eval)
+    mp.setattr(peer_runs, "log_peer_eval", log_peer_eval)
     return weights, stop_after
 
 
@@ -195,14 +195,14 @@ def test_a_wrong_resume_is_detected(tmp_path, trl_runs, instrumented, monkeypatc
 def _refused(capsys, d, what: str):
     capsys.readouterr()  # what ran before printed
     with pytest.raises(SystemExit) as e:
-        study.peer_checkpoint(d)
+        peer_runs.peer_checkpoint(d)
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and what in err, err
 
 
 def test_foreign_or_corrupted_checkpoints_are_refused(tmp_path, trl_runs, capsys):
     src = trl_runs[2](6)
-    rec = study.peer_checkpoint(src)
+    rec = peer_runs.peer_checkpoint(src)
     assert rec is not None and rec["eval"] == 4
     n = [0]
 
