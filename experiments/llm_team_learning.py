@@ -87,6 +87,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from experiments import peer_runs  # noqa: E402
+from sat_llm.config import ALGORITHM_DEFAULTS, LLMConfig  # noqa: E402
 from sat_theory.metrics import write_json_atomic  # noqa: E402
 
 #: method -> (sat train flags, stages at the common token budget per unit of ``--budget``)
@@ -104,31 +105,48 @@ SWAPS = {"swap-direct": "direct", "swap-stage0": "stage0", "swap-retrain": "retr
 
 
 def _f(default, help_):
+    """A study setting of its own: ``default`` and ``help_`` (``--help`` and the flag)."""
     return field(default=default, metadata={"help": help_})
+
+
+def _llm(name: str, help_):
+    """A study setting that is ``sat train --backend llm``'s own: the default of
+    :class:`~sat_llm.config.LLMConfig`'s field ``name`` (declared there once)."""
+    return _f(getattr(LLMConfig, name), help_)
+
+
+def _algo(name: str, help_):
+    """A study setting that is an algorithm setting: the LLM backend's default of that
+    :class:`~sat_theory.algorithm.TrainConfig` field
+    (:data:`sat_llm.config.ALGORITHM_DEFAULTS`, what ``sat train --backend llm`` runs)."""
+    return _f(ALGORITHM_DEFAULTS[name], help_)
 
 
 @dataclass
 class StudyConfig:
-    """Settings shared by every method (the peers get the same ones)."""
+    """Settings shared by every method (the peers get the same ones). Those that are ``sat
+    train --backend llm`` settings have its defaults (:func:`_llm`, :func:`_algo`) but
+    ``threads``, which differs on purpose (its help says why)."""
 
-    model: str = _f("smollm2-135m", "base model of every agent")
+    model: str = _llm("model", "base model of every agent")
     lo: int = _f(0, "smallest operand")
     hi: int = _f(9, "largest operand")
     ops: str = _f("+-*", "operations")
     budget: int = _f(12, "token budget in units of one 2-agent SAT stage (128 sampled messages "
                          "of <= max_new_tokens each); sat runs this many stages, naive/joint "
                          "twice as many, single four times")
-    prompts: int = _f(8, "prompts (groups) per rollout")
-    group_size: int = _f(4, "episodes per prompt G")
-    max_new_tokens: int = _f(16, "tokens per message at most")
-    temperature: float = _f(0.7, "sampling temperature τ")
-    delta: float = _f(0.05, "trust-region radius δ (exact token-sum KL per message)")
-    lr: float = _f(1e-3, "AdamW learning rate of the LoRA adapters")
-    minibatch: int = _f(8, "turns per optimizer step")
-    lora_r: int = _f(8, "LoRA rank (α = 2r)")
-    n_train: int = _f(100, "training problems in the pool (with n_eval: at most the task's 300)")
-    n_eval: int = _f(200, "held-out problems, disjoint from the training pool")
-    threads: int = _f(1, "torch threads per run (2 cores: at most two runs at once)")
+    prompts: int = _algo("n_groups", "prompts (groups) per rollout")
+    group_size: int = _algo("group_size", "episodes per prompt G")
+    max_new_tokens: int = _llm("max_new_tokens", "tokens per message at most")
+    temperature: float = _llm("temperature", "sampling temperature τ")
+    delta: float = _algo("delta", "trust-region radius δ (exact token-sum KL per message)")
+    lr: float = _llm("lr", "AdamW learning rate of the LoRA adapters")
+    minibatch: int = _llm("minibatch", "turns per optimizer step")
+    lora_r: int = _llm("lora_r", "LoRA rank (α = 2r)")
+    n_train: int = _llm("n_train", "training problems in the pool (with n_eval: at most the task's 300)")
+    n_eval: int = _llm("n_eval", "held-out problems, disjoint from the training pool")
+    threads: int = _f(1, "torch threads per run (2 cores: at most two runs at once; sat train's "
+                         "default 0, torch's own count, would oversubscribe two runs)")
     swap_stages: int = _f(4, "plug-and-play: stages trained after the swap")
     validation: int = _f(0, "problems of the training pool kept as a validation set (the "
                             "arithmetic task's validation option; 0: none)")
@@ -142,8 +160,6 @@ class StudyConfig:
     def llm_config(self, agents: int, seed: int):
         """The :class:`~sat_llm.team.LLMConfig` of a peer run's evaluation team: the same
         problems (same seed → same pools) and held-out evaluation as our runs."""
-        from sat_llm.team import LLMConfig
-
         return LLMConfig(model=self.model, task="arithmetic",
                          task_options=self.task_options(), agents=agents,
                          max_new_tokens=self.max_new_tokens, temperature=self.temperature,
@@ -384,8 +400,6 @@ def trl_drgrpo_clip(cfg: StudyConfig) -> float:
     ``M = B·G`` messages has our loss ``−Σ_mb Σ_u min(r_u A, …)/M`` and TRL dr_grpo's
     ``−Σ_mb Σ_u min(r_u A, …)/(mb·L_max)``, so our gradient is ``c = L_max·mb/M`` times
     TRL's and clipping ours at ``g`` is clipping TRL's at ``g/c``."""
-    from sat_llm.team import LLMConfig
-
     c = cfg.max_new_tokens * cfg.minibatch / (cfg.prompts * cfg.group_size)
     return LLMConfig().grad_clip / c
 

@@ -64,6 +64,8 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sat_llm.config import LLMConfig  # noqa: E402
+
 OUT = Path(__file__).resolve().parents[1] / "figures" / "llm_team_task"
 
 #: pre-study check configurations: name -> (agents, relay task options)
@@ -78,9 +80,13 @@ CHECKS = {
     "view3_3": (1, dict(parts=3, only=3)),
 }
 
-#: settings of the checks (the study's evaluation: greedy, ≤ 16 new tokens)
-CHECK_SETTINGS = dict(model="smollm2-135m", lo=1, hi=9, ops="+-*", n_train=100, n_eval=120,
-                      max_new_tokens=16, temperature=0.7, seed=0, threads=1)
+#: settings of the checks (the study's evaluation: greedy, ≤ 16 new tokens), and the study's
+#: problems (:func:`study_config`): ``sat train --backend llm``'s defaults (LLMConfig) but
+#: the relay task's own operands (``lo``/``hi``/``ops``: its defaults, 243 problems), 120
+#: held-out problems (100 + 200 would need 300) and one torch thread (two runs on 2 cores)
+CHECK_SETTINGS = dict(model=LLMConfig.model, lo=1, hi=9, ops="+-*", n_train=LLMConfig.n_train,
+                      n_eval=120, max_new_tokens=LLMConfig.max_new_tokens,
+                      temperature=LLMConfig.temperature, seed=LLMConfig.seed, threads=1)
 
 
 def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -114,8 +120,6 @@ def bayes_guess(lo: int, hi: int, ops: str, parts: int, part: int):
 
 def check_config(name: str, settings: dict):
     """The :class:`~sat_llm.team.LLMConfig` of check ``name``."""
-    from sat_llm.team import LLMConfig
-
     agents, opts = CHECKS[name]
     s = settings
     return LLMConfig(model=s["model"], task="relay",
@@ -362,7 +366,7 @@ def study_config(**kw):
 
             return replace(super().llm_config(agents, seed), task="relay")
 
-    base = dict(lo=CHECK_SETTINGS["lo"], hi=CHECK_SETTINGS["hi"], n_train=100, n_eval=120)
+    base = {k: CHECK_SETTINGS[k] for k in ("lo", "hi", "n_train", "n_eval")}
     return RelayStudyConfig(**{**base, **kw})
 
 

@@ -130,23 +130,54 @@ def test_the_resume_check_of_sat_train_is_generated_from_the_fields(tmp_path, ca
     assert main(["train", "--resume", str(out), "--stages", "2", "--quiet"]) == 0
 
 
-def test_llm_config_defaults_are_what_sat_train_backend_llm_runs(tmp_path):
-    pytest.importorskip("torch")
-    from sat_llm.backend import LLMBackend
-    from sat_llm.config import ALGORITHM_DEFAULTS, LLMConfig
+def train_args(argv: list[str]) -> argparse.Namespace:
+    """``sat train ARGV``'s parsed flags."""
     from sat_theory.commands.train import add_arguments
 
     p = argparse.ArgumentParser()
     add_arguments(p)
-    args = p.parse_args(["--backend", "llm", "--out", str(tmp_path / "r")])
+    return p.parse_args(argv)
+
+
+def llm_configured(argv: list[str], out) -> tuple:
+    """``(TrainConfig, config)`` of ``sat train --backend llm ARGV --out OUT``."""
+    from sat_llm.backend import LLMBackend
+
+    args = train_args(["--backend", "llm", *argv, "--out", str(out)])
     args.given = {"backend", "out"}
-    cfg, config = LLMBackend().configure(args)
+    return LLMBackend().configure(args)
+
+
+def test_llm_config_defaults_are_what_sat_train_backend_llm_runs(tmp_path):
+    pytest.importorskip("torch")
+    from sat_llm.config import ALGORITHM_DEFAULTS, LLMConfig
+
+    cfg, config = llm_configured([], tmp_path / "r")
     assert LLMConfig(**config["backend"]["llm"]) == LLMConfig()
     assert config["backend"]["llm"] == LLMConfig().to_dict()
     assert cfg == TrainConfig(**ALGORITHM_DEFAULTS)
     # and the tabular backend runs TrainConfig's own defaults
     from sat_theory.tabular_team import TabularBackend
 
-    args = p.parse_args(["--env", "chain", "--out", str(tmp_path / "t")])
-    tab_cfg, _ = TabularBackend().configure(args)
+    tab_cfg, _ = TabularBackend().configure(train_args(["--env", "chain", "--out", str(tmp_path / "t")]))
     assert tab_cfg == TrainConfig()
+
+
+def test_the_learning_study_runs_sat_train_llm_defaults(tmp_path):
+    """experiments/llm_team_learning.py's ``StudyConfig()`` reads the defaults of the
+    settings it shares with ``sat train --backend llm`` (issue 24): its flags configure
+    ``LLMConfig()`` but for the task options it names and one torch thread (its help says
+    why), and the LLM backend's algorithm defaults."""
+    pytest.importorskip("torch")
+    from dataclasses import replace
+
+    from experiments.llm_team_learning import StudyConfig
+    from sat_llm.config import ALGORITHM_DEFAULTS, LLMConfig
+
+    study = StudyConfig()
+    cfg, config = llm_configured(study.train_flags()[2:], tmp_path / "r")
+    assert LLMConfig(**config["backend"]["llm"]) == replace(
+        LLMConfig(), task_options=study.task_options(), threads=1)
+    assert cfg == TrainConfig(**ALGORITHM_DEFAULTS)
+    assert study.llm_config(2, 0) == replace(LLMConfig(), task_options=study.task_options(),
+                                             threads=1)
