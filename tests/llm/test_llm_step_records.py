@@ -76,8 +76,8 @@ CASES = {
 
 def cpu_fingerprint() -> str:
     """The CPU's model name and a hash of its feature flags (``/proc/cpuinfo``): two CPUs of
-    the same SIMD capability can still round float32 kernels differently (the golden of an
-    AVX-512 Intel machine failed exactly on another AVX-512 machine by ~1e-6 relative, while
+    the same SIMD capability can still round float32 kernels differently (a golden written on
+    one AVX-512 machine failed exactly on another AVX-512 machine by ~1e-6 relative, while
     the code before and after the optimisations gave bit-equal records on one AVX2 machine)."""
     import hashlib
     import platform
@@ -138,9 +138,8 @@ def run_case(name: str) -> list[dict]:
 
 
 #: absolute tolerance of a float on another machine's fingerprint: the losses and log-prob
-#: differences are float32 sums of O(1) terms, so another CPU's kernels (AVX2 against the
-#: golden's AVX-512) move them by a few float32 ulps of 1 (measured: a step-0 loss of ~0
-#: came out 4.8e-7 against -4.8e-7, a behaviour log-prob difference 4.8e-7 against 0)
+#: differences are float32 sums of O(1) terms, so another CPU's kernels move them by a few
+#: float32 ulps of 1 (measured between an AVX2 and an AVX-512 machine: a step-0 loss of ~0 came out 4.8e-7 against -4.8e-7, a behaviour log-prob difference 4.8e-7 against 0)
 CROSS_CPU_ABS = 1e-5
 
 
