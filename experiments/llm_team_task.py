@@ -299,6 +299,13 @@ PEERS = ("comlrl",)
 STUDY_METHODS = ("sat", "naive", "joint", "no-tr", "comlrl", "single")
 TEAM_SIZES = (2, 3)
 SEEDS = (0, 1, 2)
+#: the study's budget per team size, in units of one n-agent SAT stage (n² · 32 sampled
+#: messages): what fits issue 22's 30 minutes a run with two runs in parallel, one thread each.
+#: From the cost probe (figures/llm_team_task/README.md): an n = 3 unit trained in 780 s at
+#: about half a core, so ~400 s on a whole one, plus ~60 s per evaluation of 120 problems;
+#: a 2-agent SAT stage of the issue-21 study trained in ~190 s at a load like the study's.
+#: n = 3: 3 units ≈ 3·400 + 4·60 s ≈ 24 min; n = 2: 6 units ≈ 6·190 + 7·40 s ≈ 24 min.
+STUDY_BUDGETS = {2: 6, 3: 3}
 #: the comparisons of the report: SAT − each other method, the first two the issue's
 OTHERS = ("naive", "joint", "no-tr", "comlrl", "single")
 SCORINGS = ("lenient", "strict")
@@ -334,11 +341,20 @@ def study_schedule(method: str, n: int, episodes: int, budget: int) -> tuple[int
     return budget * unit // per, unit // per
 
 
+def with_budget(cfg, n: int):
+    """``cfg`` with its budget resolved for team size ``n``: ``cfg.budget``, or the study's
+    :data:`STUDY_BUDGETS` ``[n]`` when it is 0 (the default)."""
+    from dataclasses import replace
+
+    return cfg if cfg.budget else replace(cfg, budget=STUDY_BUDGETS[n])
+
+
 def schedule(method: str, n: int, cfg) -> tuple[int, list[int]]:
     """``(units, evaluated units)`` of a run: the stages (ours) or prompts (CoMLRL) at
     ``cfg.budget`` units of ``n² · episodes`` sampled messages, and after which of them the
     held-out evaluation runs: after every unit for ours (:func:`study_schedule`), at the prompt
     count nearest to every unit for CoMLRL (as the issue-21 study's grid)."""
+    cfg = with_budget(cfg, n)
     if method != "comlrl":
         stages, every = study_schedule(method, n, cfg.prompts * cfg.group_size, cfg.budget)
         return stages, list(range(every, stages + 1, every))
@@ -354,10 +370,15 @@ def study_config(**kw):
     the same ``lo``/``hi``/``ops`` and validation options as arithmetic)."""
     from dataclasses import dataclass
 
-    from experiments.llm_team_learning import StudyConfig
+    from experiments.llm_team_learning import StudyConfig, _f
 
     @dataclass
     class RelayStudyConfig(StudyConfig):
+        budget: int = _f(0, "budget in units of one n-agent SAT stage (n² · prompts · G sampled "
+                            "messages); sat runs this many stages, naive/joint/no-tr n times as "
+                            "many, single n² times; 0: the study's budget of the team size "
+                            f"({', '.join(f'n = {k}: {v}' for k, v in STUDY_BUDGETS.items())})")
+
         def train_flags(self):
             return ["relay" if f == "arithmetic" else f for f in super().train_flags()]
 
@@ -407,6 +428,7 @@ def _train(cfg, method: str, n: int, seed: int, d: Path, resume: bool, extra: di
     :func:`schedule`; ``study.json`` gets ``extra``, the schedule and ``n``."""
     from experiments.llm_team_learning import run_ours
 
+    cfg = with_budget(cfg, n)
     units, at = schedule(method, n, cfg)
     extra = dict(extra, n=n, budget=cfg.budget, schedule=at, load_start=os.getloadavg())
     d.parent.mkdir(parents=True, exist_ok=True)
@@ -884,7 +906,9 @@ def main(argv=None) -> int:
     ap.add_argument("--lr-grid", type=_csv(float), default=None,
                     help="--queue/--report: tuning rates (default: the issue-21 grid)")
     ap.add_argument("--budgets", type=_budgets, default=None, metavar="N=B,...",
-                    help="--queue: budget units per team size, e.g. 2=8,3=4 (default: --budget)")
+                    help="--queue: budget units per team size, e.g. 2=8,3=4 (default: --budget, "
+                         "whose default 0 means the study's budgets "
+                         f"{','.join(f'{k}={v}' for k, v in STUDY_BUDGETS.items())})")
     ap.add_argument("--n-validation", type=int, default=None,
                     help="validation problems of a tuning run (default 50)")
     ap.add_argument("--method", choices=[*METHODS, *PEERS], default=None,

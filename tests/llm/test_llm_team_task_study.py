@@ -32,7 +32,7 @@ def test_run_names_round_trip_and_bad_names_are_refused(capsys):
 
 @pytest.mark.parametrize("n", [2, 3])
 def test_every_method_is_evaluated_on_the_same_message_grid(n):
-    cfg = relay.study_config()
+    cfg = relay.study_config(budget=12)
     unit = n * n * cfg.prompts * cfg.group_size
     for m in relay.STUDY_METHODS:
         units, at = relay.schedule(m, n, cfg)
@@ -214,6 +214,18 @@ def test_a_finished_run_is_not_rerun_and_keeps_its_wall_clock(tmp_path):
     before = (d / "study.json").read_text()
     assert relay.run_one(relay.study_config(), name, tmp_path, True) == d
     assert (d / "study.json").read_text() == before
+
+
+def test_the_default_budget_is_the_studys_budget_of_each_team_size():
+    """``budget`` 0 (the default) resolves to STUDY_BUDGETS[n] (2 → 6 units, 3 → 3): SAT
+    runs that many stages, naive n times as many, single n² times; a given budget wins."""
+    cfg = relay.study_config()
+    assert cfg.budget == 0 and relay.STUDY_BUDGETS == {2: 6, 3: 3}
+    assert relay.with_budget(cfg, 2).budget == 6 and relay.with_budget(cfg, 3).budget == 3
+    assert relay.schedule("sat", 2, cfg) == (6, list(range(1, 7)))
+    assert relay.schedule("naive", 3, cfg) == (9, [3, 6, 9])
+    assert relay.schedule("single", 3, cfg) == (27, [9, 18, 27])
+    assert relay.schedule("sat", 3, relay.study_config(budget=5))[0] == 5
 
 
 def test_queue_commands_carry_the_settings_and_each_team_sizes_budget(tmp_path):
