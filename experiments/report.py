@@ -837,7 +837,9 @@ def section_llm_common(folder: Path) -> str:
          "problems (2 000 resamples per run, 10 000 per comparison), McNemar's exact p for "
          "finals; lenient / strict. Runs: `llm_team_learning/v2/<method>_lr<rate>_s<seed>/` "
          "(held-out) and `v2/tune/` (validation); every number is in `v2/runs.json` and "
-         f"recomputes from the eval files. Finished: {len(done)} of the queue's {total} runs "
+         "recomputes from the eval files: `python experiments/recompute_llm_study.py` does it "
+         "with the standard library only, none of the project's code, and checks every point "
+         f"estimate of `runs.json`. Finished: {len(done)} of the queue's {total} runs "
          f"({', '.join(done) if done else 'none yet'}).\n",
          "**Conclusions** (generated, `experiments/study_conclusions.py`: each verdict follows "
          "the rule R1–R6 its docstring declares, under each scoring; points of accuracy, "
