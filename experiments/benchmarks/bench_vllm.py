@@ -180,7 +180,12 @@ def compare(d: Path, hf_root: Path) -> dict:
             out[f"{other}_same_records"] = a == b
             out[f"{other}_same_eval"] = all(
                 (run / f.name).read_text() == f.read_text() for f in sorted((d / other).glob("eval_*.jsonl")))
-    seeds = sorted(int(p.name.split("_s")[1]) for p in d.glob("sat_s*") if (p / "eval_1.jsonl").is_file())
+    runs = sorted(int(p.name.split("_s")[1]) for p in d.glob("sat_s*") if (p / "eval_1.jsonl").is_file())
+    seeds = [s for s in runs if (hf_run_for(d, s, hf_root) / "eval_1.jsonl").is_file()]
+    if missing := [s for s in runs if s not in seeds]:
+        out["seeds_without_a_transformers_run"] = missing  # left out until one is made
+    if not seeds:
+        raise SystemExit(f"no vLLM run under {d} has a transformers run to compare with")
     per = {s: compare_seed(d / f"sat_s{s}", hf_run_for(d, s, hf_root)) for s in seeds}
     out["seeds"] = {str(s): r for s, r in per.items()}
     last = max(int(k.split("_")[1]) for r in per.values() for k in r if k.startswith("after_"))

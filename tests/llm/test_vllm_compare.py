@@ -52,7 +52,8 @@ def test_seed_level_interval_is_the_student_t_interval_of_the_seed_means(bench_v
 def test_compare_pairs_each_vllm_seed_with_its_own_transformers_run(bench_vllm, tmp_path):
     """Seed 0's transformers run comes from the study folder, seed 1's from ``hf_s1`` beside
     the vLLM runs; the differences and gains are each seed's own, and the interval over seeds
-    is computed from them (a swapped pairing would change it)."""
+    is computed from them (a swapped pairing would change it); a vLLM seed without a
+    transformers run is listed and left out."""
     d, study = tmp_path / "vllm", tmp_path / "study"
     before = [1.0, 0.0, 0.0, 0.0]
     _run(d / "sat_s0", before, [1.0, 1.0, 0.0, 0.0])      # vLLM seed 0: 0.50
@@ -60,7 +61,9 @@ def test_compare_pairs_each_vllm_seed_with_its_own_transformers_run(bench_vllm, 
     _run(d / "sat_s1", before, [0.0, 0.0, 0.0, 0.0])      # vLLM seed 1: 0.00
     _run(d / "hf_s1", before, [1.0, 1.0, 1.0, 1.0])       # HF seed 1: 1.00
     _run(study / "sat_s1", before, [0.0, 0.0, 0.0, 0.0])  # not used: hf_s1 comes first
+    _run(d / "sat_s2", before, before)                    # no transformers run yet: left out
     out = bench_vllm.compare(d, study)
+    assert out["seeds_without_a_transformers_run"] == [2] and sorted(out["seeds"]) == ["0", "1"]
     s0, s1 = out["seeds"]["0"], out["seeds"]["1"]
     assert s0["after_1_stages"]["vllm_minus_hf"] == pytest.approx(0.25)
     assert s1["after_1_stages"]["vllm_minus_hf"] == pytest.approx(-1.0)
