@@ -70,3 +70,46 @@ def test_lora_rank_is_served_in_the_smallest_vllm_slot_that_holds_it():
     assert all(lora_rank_slot(s) == s for s in LORA_RANK_SLOTS)
     with pytest.raises(InputError, match="LoRA ranks up to 512"):
         lora_rank_slot(513)
+
+
+def test_a_sampling_call_is_cut_into_slices_that_fit_vllms_prefill_budget():
+    """vLLM 0.32 on the CPU fails when it splits a seeded prompt across prefill steps, so a
+    sampling call is served in consecutive slices whose prompt tokens fit the budget (a
+    longer prompt alone); every context is in exactly one slice, in order."""
+    from sat_llm.vllm_engine import prefill_parts
+
+    assert prefill_parts([43] * 32, 4096) == [(0, 32)]  # the study's rollouts: one call
+    assert prefill_parts([43] * 200, 4096) == [(0, 95), (95, 190), (190, 200)]  # 95·43 = 4085
+    assert prefill_parts([5000, 10, 10], 4096) == [(0, 1), (1, 3)]
+    assert prefill_parts([], 4096) == []
+    lengths = [7, 3, 9, 1, 1, 12, 4]
+    parts = prefill_parts(lengths, 12)
+    assert [i for a, b in parts for i in range(a, b)] == list(range(len(lengths)))
+    assert all(sum(lengths[a:b]) <= 12 or b - a == 1 for a, b in parts)
+
+
+def test_a_big_rollout_goes_to_vllm_in_slices_with_every_requests_own_seed(monkeypatch):
+    """A rollout whose prompts exceed the budget reaches vLLM as several calls, with the
+    seeds one call would have carried (drawn for all contexts before the split)."""
+    team, llm = vllm_team(monkeypatch)
+    calls, real = [], llm.generate
+
+    def generate(prompts, sps, **kw):
+        calls.append([(tuple(p["prompt_token_ids"]), sp.seed) for p, sp in zip(prompts, sps, strict=True)])
+        return real(prompts, sps, **kw)
+
+    monkeypatch.setattr(llm, "generate", generate)
+    budget = 100
+    monkeypatch.setattr(team._engine, "_token_budget", lambda: budget)
+    state = torch.random.get_rng_state()
+    team.rollout(2, 4)
+    first, n = [], 0  # agent 1's turn: the first 8 requests (agent 2's come after)
+    for c in calls:
+        if n >= 8:
+            break
+        assert sum(len(p) for p, _ in c) <= budget or len(c) == 1
+        first.append(c)
+        n += len(c)
+    assert len(first) > 1 and n == 8
+    torch.random.set_rng_state(state)
+    assert [s for c in first for _, s in c] == torch.randint(2**31 - 1, (8,)).tolist()
