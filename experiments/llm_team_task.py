@@ -428,7 +428,7 @@ def _train(cfg, method: str, n: int, seed: int, d: Path, resume: bool, extra: di
     :func:`schedule`; ``study.json`` gets ``extra``, the schedule and ``n``."""
     from experiments.llm_team_learning import run_ours
 
-    cfg = with_budget(cfg, n)
+    cfg = with_budget(cfg, n)  # the run's study.json and sat train flags get the real budget
     units, at = schedule(method, n, cfg)
     extra = dict(extra, n=n, budget=cfg.budget, schedule=at, load_start=os.getloadavg())
     d.parent.mkdir(parents=True, exist_ok=True)

@@ -139,7 +139,7 @@ class VLLMEngine:
                for s in seeds]
         prompts = [{"prompt_token_ids": list(c)} for c in contexts]
         req, version = self._lora(agent)
-        outs = []
+        outs = []  # only seeded requests fail when vLLM splits their prefill (prefill_parts)
         for a, b in ([(0, len(prompts))] if greedy else
                      prefill_parts([len(c) for c in contexts], self._token_budget())):
             outs += self.llm.generate(prompts[a:b], sps[a:b], lora_request=req, use_tqdm=False)

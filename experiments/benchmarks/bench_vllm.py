@@ -181,21 +181,24 @@ def compare(d: Path, hf_root: Path) -> dict:
             out[f"{other}_same_eval"] = all(
                 (run / f.name).read_text() == f.read_text() for f in sorted((d / other).glob("eval_*.jsonl")))
     runs = sorted(int(p.name.split("_s")[1]) for p in d.glob("sat_s*") if (p / "eval_1.jsonl").is_file())
-    seeds = [s for s in runs if (hf_run_for(d, s, hf_root) / "eval_1.jsonl").is_file()]
-    if missing := [s for s in runs if s not in seeds]:
+    hf = {s: hf_run_for(d, s, hf_root) for s in runs}
+    if missing := [s for s in runs if not (hf[s] / "eval_1.jsonl").is_file()]:
         out["seeds_without_a_transformers_run"] = missing  # left out until one is made
-    if not seeds:
+    per = {s: compare_seed(d / f"sat_s{s}", hf[s]) for s in runs if s not in missing}
+    if not per:
         raise SystemExit(f"no vLLM run under {d} has a transformers run to compare with")
-    per = {s: compare_seed(d / f"sat_s{s}", hf_run_for(d, s, hf_root)) for s in seeds}
     out["seeds"] = {str(s): r for s, r in per.items()}
     last = max(int(k.split("_")[1]) for r in per.values() for k in r if k.startswith("after_"))
     key = f"after_{last}_stages"
-    rows = [r[key] for r in per.values()]
+
+    def over_seeds(value) -> tuple[float, float, float]:
+        return seed_level_interval([value(r[key], r["after_0_stages"]) for r in per.values()])
+
     out[f"over_seeds_{key}"] = dict(
-        seeds=seeds,
-        vllm_minus_hf=seed_level_interval([x["vllm_minus_hf"] for x in rows]),
-        gain_vllm=seed_level_interval([x["vllm"] - r["after_0_stages"]["vllm"] for x, r in zip(rows, per.values())]),
-        gain_hf=seed_level_interval([x["hf"] - r["after_0_stages"]["hf"] for x, r in zip(rows, per.values())]))
+        seeds=list(per),
+        vllm_minus_hf=over_seeds(lambda end, _start: end["vllm_minus_hf"]),
+        gain_vllm=over_seeds(lambda end, start: end["vllm"] - start["vllm"]),
+        gain_hf=over_seeds(lambda end, start: end["hf"] - start["hf"]))
     return out
 
 

@@ -139,7 +139,8 @@ def run_case(name: str) -> list[dict]:
 
 #: absolute tolerance of a float on another machine's fingerprint: the losses and log-prob
 #: differences are float32 sums of O(1) terms, so another CPU's kernels move them by a few
-#: float32 ulps of 1 (measured between an AVX2 and an AVX-512 machine: a step-0 loss of ~0 came out 4.8e-7 against -4.8e-7, a behaviour log-prob difference 4.8e-7 against 0)
+#: float32 ulps of 1 (measured between an AVX2 and an AVX-512 machine: a step-0 loss of ~0
+#: came out 4.8e-7 against -4.8e-7, a behaviour log-prob difference 4.8e-7 against 0)
 CROSS_CPU_ABS = 1e-5
 
 
