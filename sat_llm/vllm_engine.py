@@ -62,7 +62,9 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import tempfile
+import weakref
 from pathlib import Path
 
 from sat_theory.errors import InputError
@@ -84,6 +86,10 @@ class VLLMEngine:
         on_cpu = _check_serves(team)
         self.team = team
         self.dir = Path(tempfile.mkdtemp(prefix="sat_vllm_"))
+        # the served base (~0.5 GB for SmolLM2 in float32) and every adapter version live
+        # here; the folder is this engine's own (mkdtemp), removed when the engine is closed,
+        # collected or the interpreter exits (a killed process still leaves it behind)
+        self._remove_dir = weakref.finalize(self, shutil.rmtree, str(self.dir), True)
         base_dir = self.dir / "base"
         peft_model, tok = next(iter(team._bases.values()))
         base = peft_model.get_base_model()
@@ -106,6 +112,11 @@ class VLLMEngine:
             req = LoRARequest(f"agent{agent}_v{v}", self._new_id(), str(sub if sub.is_dir() else path))
             self._saved[agent] = (v, req)
         return self._saved[agent][1], self._saved[agent][0]
+
+    def close(self) -> None:
+        """Remove the engine's folder (served base and adapters); the engine is unusable
+        afterwards. Idempotent."""
+        self._remove_dir()
 
     def _new_id(self) -> int:
         """A LoRA id never used before by this engine."""

@@ -113,3 +113,25 @@ def test_a_big_rollout_goes_to_vllm_in_slices_with_every_requests_own_seed(monke
     assert len(first) > 1 and n == 8
     torch.random.set_rng_state(state)
     assert [s for c in first for _, s in c] == torch.randint(2**31 - 1, (8,)).tolist()
+
+
+def test_the_engines_folder_of_served_weights_is_removed_when_it_is_closed_or_collected(monkeypatch):
+    """The served base (~0.5 GB for SmolLM2 in float32) and the adapters are written to the
+    engine's own temporary folder; it is gone after ``close()``, and after the team and its
+    engine are collected, so runs do not fill the disk with one copy of the base each."""
+    import gc
+
+    team, _ = vllm_team(monkeypatch)
+    d = team._engine.dir
+    team.rollout(2, 2)  # writes the adapters next to the base
+    assert (d / "base").is_dir() and any(p.name.startswith("agent") for p in d.iterdir())
+    team._engine.close()
+    assert not d.exists()
+    team._engine.close()  # idempotent
+
+    team, _ = vllm_team(monkeypatch)
+    d = team._engine.dir
+    assert d.is_dir()
+    del team
+    gc.collect()
+    assert not d.exists()
