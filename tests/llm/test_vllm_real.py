@@ -258,3 +258,20 @@ def test_a_message_keeps_its_stop_token_and_its_logprob(tiny64):
     assert ended, "no message reached a stop token: raise max_new_tokens"
     assert all(not (set(m[:-1]) & stop) for m in ended)  # it stopped at the first one
     assert b.extra["logp_check"]["rescored"] == 0
+
+
+def test_a_rollout_longer_than_one_prefill_step_is_served_without_the_cpu_generator_crash(monkeypatch, tiny64):
+    """A sampling call whose prompts exceed vLLM's per-step token budget: vLLM 0.32 on the
+    CPU crashes on a seeded request whose prefill it splits ("CPU Generator does not use
+    offset"); the engine serves the call in slices (``prefill_parts``) with every request's
+    own seed, and the behaviour log-prob check still passes."""
+    team = make_team(tiny64)
+    calls = spy(monkeypatch, team)
+    batch = team.rollout(160, 4)  # 640 contexts per agent turn
+    ctx_tokens = sum(len(e.turns[0].context) for e in batch.episodes)
+    assert ctx_tokens > team._engine._token_budget(), "contexts too short to need slicing"
+    assert len(calls) > team.n_agents  # an agent's turn went to vLLM in several calls
+    seeds = [sp.seed for _, sps in calls for sp in sps]
+    assert len(set(seeds)) == len(seeds)
+    chk = batch.extra["logp_check"]
+    assert chk["n_tokens"] > 0 and chk["mean_abs"] <= VLLM_FLOAT32_TOL, chk
