@@ -53,6 +53,33 @@ def tiny64(tmp_path_factory):
     return str(d)
 
 
+@pytest.fixture(scope="module")
+def peaked64(tmp_path_factory):
+    """``tiny64`` with its output layer scaled up: a peaked next-token distribution (a random
+    model's is nearly uniform), so that the wrong temperature is visible in the draws."""
+    d = tmp_path_factory.mktemp("peaked64")
+    model, tok = random_llama(dict(vocab_size=len(tiny_tokenizer()), **TINY64), seed=0)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(10.0)  # top token ~0.4, entropy ~2.4 nats at τ = 0.7
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    return str(d)
+
+
+def first_token_fit(draws: np.ndarray, logp: np.ndarray) -> float:
+    """p-value of Pearson's chi-square of first-token counts against ``exp(logp)``: tokens
+    expected at least 5 times each, the rest pooled in one cell."""
+    from scipy import stats
+
+    n, p = len(draws), np.exp(logp)
+    big = np.flatnonzero(p * n >= 5)
+    obs = np.array([(draws == t).sum() for t in big] + [np.isin(draws, big, invert=True).sum()])
+    exp = np.array([*(p[big] * n), n * max(0.0, 1 - p[big].sum())])
+    keep = exp > 0
+    assert obs[~keep].sum() == 0, "a token of probability 0 was drawn"
+    return float(stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
+
+
 def make_team(model, **kw):
     base = dict(model=model, task=LOWERCASE_TASK, agents=2,
                 max_new_tokens=6, n_train=16, n_eval=4, minibatch=4, lr=1e-2, seed=0,
@@ -275,3 +302,28 @@ def test_a_rollout_longer_than_one_prefill_step_is_served_without_the_cpu_genera
     assert len(set(seeds)) == len(seeds)
     chk = batch.extra["logp_check"]
     assert chk["n_tokens"] > 0 and chk["mean_abs"] <= VLLM_FLOAT32_TOL, chk
+
+
+def test_vllms_first_token_draws_follow_softmax_of_the_logits_over_tau(peaked64):
+    """The engine's draws (vLLM's sampler, a trained adapter served by vLLM) follow the
+    behaviour policy softmax(logits / τ) of the training model: 2 000 first tokens of one
+    context, Pearson chi-square p > 1e-3 (seeded requests: the same draws every run). The same
+    comparison rejects softmax(logits / 1), the distribution a sampler that ignored τ would
+    draw from, so the check has the power to see a wrong temperature."""
+    from sat_llm.team import stop_ids
+
+    tau = 0.7
+    team = make_team(peaked64, agents=1, temperature=tau)
+    b = team.rollout(2, 2)
+    team.update(0, b, np.linspace(-1, 1, len(b.turns_of(0))), 1.0, team.snapshot(0))
+    ctx = list(b.episodes[0].turns[0].context.ids)
+    msgs, _, _ = team._engine.generate(0, [ctx] * 2000, max_new_tokens=1, temperature=tau,
+                                       stop_ids=stop_ids(team.tokenizer(0)))
+    draws = np.array([m[0] for m in msgs])
+    with torch.no_grad():
+        logits = team._model(0)(input_ids=torch.tensor([ctx])).logits[0, -1].double()
+    fit = first_token_fit(draws, torch.log_softmax(logits / tau, -1).numpy())
+    wrong = first_token_fit(draws, torch.log_softmax(logits, -1).numpy())
+    print("first-token fit p", fit, "against τ = 1:", wrong, "distinct", len(set(draws.tolist())))
+    assert fit > 1e-3
+    assert wrong < 1e-6
