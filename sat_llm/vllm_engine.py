@@ -6,7 +6,9 @@
 and one SAT stage of a SmolLM2 team (``figures/llm_vllm/``). The behaviour log-prob check
 (vLLM's processed log-probs against the training model's recomputation) measured a mean
 per-token |Δ log π| of 4e-6 to 7e-6 (max 1.2e-4) on SmolLM2 in float32, under the float32 tolerance
-1e-3 (``sat_llm.team.LOGP_TOL``); a stale adapter gives ~1. **Not run:** vLLM's CUDA build
+1e-3 (``sat_llm.team.LOGP_TOL``); a stale adapter gives ~1. vLLM's draws follow
+softmax(logits/τ) (first-token chi-square tests, ``experiments/benchmarks/vllm_sampler.py``
+on SmolLM2 and a test on a small model). **Not run:** vLLM's CUDA build
 (``pip install -e '.[gpu]'``), half precision (vLLM serves LoRA weights in the base dtype,
 so bf16 adapters against the team's float32 ones), tensor parallelism (not wired).
 Head dims: vLLM's CPU attention has no kernel for head dim 16 (the ``tiny-random`` model);
