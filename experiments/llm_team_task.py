@@ -312,12 +312,15 @@ SCORINGS = ("lenient", "strict")
 
 
 def messages_per_stage(method: str, n: int, episodes: int) -> int:
-    """Sampled messages per stage: SAT resamples before each of its ``n`` updates (``n``
-    rollouts of ``episodes`` ``n``-message episodes), naive/joint/no-tr draw one rollout, the
-    single agent's episodes have one message."""
+    """Sampled messages per stage: a method of intermediate occupancy (SAT, no-tr:
+    :data:`sat_theory.algorithm.METHODS`) resamples before each of its ``n`` updates (``n``
+    rollouts of ``episodes`` ``n``-message episodes), the stale ones (naive, joint) draw one
+    rollout, the single agent's episodes have one message."""
+    from sat_theory.algorithm import METHODS
+
     if method == "single":
         return episodes
-    return (n if method == "sat" else 1) * episodes * n
+    return (n if METHODS[method]["occupancy"] == "intermediate" else 1) * episodes * n
 
 
 def messages_per_unit(method: str, n: int, cfg) -> int:
@@ -375,7 +378,7 @@ def study_config(**kw):
     @dataclass
     class RelayStudyConfig(StudyConfig):
         budget: int = _f(0, "budget in units of one n-agent SAT stage (n² · prompts · G sampled "
-                            "messages); sat runs this many stages, naive/joint/no-tr n times as "
+                            "messages); sat and no-tr run this many stages, naive/joint n times as "
                             "many, single n² times; 0: the study's budget of the team size "
                             f"({', '.join(f'n = {k}: {v}' for k, v in STUDY_BUDGETS.items())})")
 
