@@ -27,7 +27,9 @@ held-out accuracies with paired-bootstrap 95% CIs against the transformers engin
 the same settings (``DIR/hf_s{seed}`` or ``figures/llm_team_learning/sat_s{seed}``). The
 paired CI covers the evaluation's problems only; the two engines draw different tokens, so
 their runs train on different batches, and only the spread over seeds says whether vLLM
-learns differently (``over_seeds_*``: seed-level t intervals)::
+learns differently (``over_seeds_*``: seed-level t intervals). ``DIR/hf_p0_s{k}``, the
+transformers engine on seed 0's problems with seed ``k`` (other draws), measure how far one
+stage lands from ``hf_s0`` when only the draws change (``transformers_draws``)::
 
     python experiments/benchmarks/bench_vllm.py --compare figures/llm_vllm
 """
@@ -199,6 +201,30 @@ def compare(d: Path, hf_root: Path) -> dict:
         vllm_minus_hf=over_seeds(lambda end, _start: end["vllm_minus_hf"]),
         gain_vllm=over_seeds(lambda end, start: end["vllm"] - start["vllm"]),
         gain_hf=over_seeds(lambda end, start: end["hf"] - start["hf"]))
+    if draws := transformers_draws(d, hf.get(0), key):
+        out["transformers_draws"] = draws
+    return out
+
+
+def transformers_draws(d: Path, hf0: Path | None, key: str) -> dict:
+    """How far the transformers engine lands from itself when only its draws change:
+    ``d/hf_p0_s{k}`` are its runs on seed 0's problems (``--problem-seed 0``) with seed ``k``
+    (other sampled tokens and LoRA ``A`` init; ``B = 0``, so the untrained team is the same),
+    each against ``hf0`` (seed 0) with the paired-bootstrap 95% CI, as the vLLM run was. If
+    these differences are as large as vLLM − transformers on seed 0, the engines' gap is
+    within the draw noise of one stage."""
+    from experiments.llm_team_learning import paired_bootstrap, read_eval
+
+    out, k = {}, key.split("_")[1]
+    for run in sorted(d.glob("hf_p0_s*")):
+        if hf0 is None or not (run / f"eval_{k}.jsonl").is_file():
+            continue
+        o, h = read_eval(run / f"eval_{k}.jsonl"), read_eval(hf0 / f"eval_{k}.jsonl")
+        same0 = read_eval(run / "eval_0.jsonl") == read_eval(hf0 / "eval_0.jsonl")
+        diff, lo, hi = paired_bootstrap(h, o)
+        out[run.name] = {key: dict(other=sum(o.values()) / len(o), hf=sum(h.values()) / len(h),
+                                   other_minus_hf=diff, ci95=[lo, hi], n=len(o)),
+                         "untrained_same_scores": same0}
     return out
 
 

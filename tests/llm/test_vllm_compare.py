@@ -73,3 +73,22 @@ def test_compare_pairs_each_vllm_seed_with_its_own_transformers_run(bench_vllm, 
     assert agg["vllm_minus_hf"] == pytest.approx(bench_vllm.seed_level_interval([0.25, -1.0]))
     assert agg["gain_vllm"][0] == pytest.approx(0.0)  # +0.25 and -0.25
     assert agg["gain_hf"][0] == pytest.approx(0.375)  # 0.0 and +0.75
+
+
+def test_transformers_draw_runs_are_compared_with_seed_0s_transformers_run(bench_vllm, tmp_path):
+    """``hf_p0_s{k}`` (the transformers engine on seed 0's problems, other draws) are each
+    compared with seed 0's transformers run, not with the vLLM run: the draw noise of one
+    stage; a run whose untrained scores differ from seed 0's is flagged (other problems)."""
+    d, study = tmp_path / "vllm", tmp_path / "study"
+    before = [1.0, 0.0, 0.0, 0.0]
+    _run(d / "sat_s0", before, [1.0, 1.0, 1.0, 0.0])      # vLLM: 0.75
+    _run(d / "hf_s0", before, [1.0, 0.0, 0.0, 0.0])       # HF seed 0: 0.25
+    _run(d / "hf_p0_s1", before, [1.0, 1.0, 0.0, 0.0])    # HF, other draws: 0.50
+    _run(d / "hf_p0_s2", [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0])
+    out = bench_vllm.compare(d, study)["transformers_draws"]
+    assert sorted(out) == ["hf_p0_s1", "hf_p0_s2"]
+    one = out["hf_p0_s1"]
+    assert one["after_1_stages"]["other_minus_hf"] == pytest.approx(0.25)
+    assert one["after_1_stages"]["hf"] == pytest.approx(0.25) and one["untrained_same_scores"]
+    assert out["hf_p0_s2"]["after_1_stages"]["other_minus_hf"] == pytest.approx(-0.25)
+    assert not out["hf_p0_s2"]["untrained_same_scores"]
