@@ -47,6 +47,8 @@ def chi_square(draws, logp) -> dict:
     obs = np.array([(draws == t).sum() for t in big] + [np.isin(draws, big, invert=True).sum()])
     exp = np.array([*(p[big] * n), n * max(0.0, 1 - p[big].sum())])
     keep = exp > 0
+    if obs[~keep].sum():
+        raise ValueError("a token of probability 0 was drawn")
     res = stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum())
     return dict(chi2=float(res.statistic), dof=int(keep.sum() - 1), p_value=float(res.pvalue))
 

@@ -67,17 +67,16 @@ def peaked64(tmp_path_factory):
 
 
 def first_token_fit(draws: np.ndarray, logp: np.ndarray) -> float:
-    """p-value of Pearson's chi-square of first-token counts against ``exp(logp)``: tokens
-    expected at least 5 times each, the rest pooled in one cell."""
-    from scipy import stats
+    """p-value of Pearson's chi-square of first-token counts against ``exp(logp)``
+    (``experiments/benchmarks/vllm_sampler.py:chi_square``, the SmolLM2 measurement's own)."""
+    import importlib.util
+    from pathlib import Path
 
-    n, p = len(draws), np.exp(logp)
-    big = np.flatnonzero(p * n >= 5)
-    obs = np.array([(draws == t).sum() for t in big] + [np.isin(draws, big, invert=True).sum()])
-    exp = np.array([*(p[big] * n), n * max(0.0, 1 - p[big].sum())])
-    keep = exp > 0
-    assert obs[~keep].sum() == 0, "a token of probability 0 was drawn"
-    return float(stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
+    path = Path(__file__).resolve().parents[2] / "experiments" / "benchmarks" / "vllm_sampler.py"
+    spec = importlib.util.spec_from_file_location("vllm_sampler", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.chi_square(draws, logp)["p_value"]
 
 
 def make_team(model, **kw):
