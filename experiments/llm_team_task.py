@@ -32,7 +32,8 @@ and the full-view single agent as the reference (its ``n`` is the team size whos
 gets). Every run of a team size has the same budget of sampled messages, ``budget`` units of
 one n-agent SAT stage (``n² · 32`` messages), and is evaluated after every unit
 (:func:`schedule`; CoMLRL at the nearest prompt counts). Runs are named
-``n{n}/[tune/]{method}_lr{lr}_s{seed}`` (:func:`run_name`). Tuning runs (seed 0, every rate of
+``n{n}/[tune/]{method}_lr{lr}[_d{δ}]_s{seed}`` (:func:`run_name`; ``_d``: a trust-region radius
+other than ``--delta``). Tuning runs (seed 0, every rate of
 the grid; CoMLRL also at its default 5e-6) train on the training pool without its first 50
 problems and are evaluated on those 50 validation problems; each method's rate is the one with
 the best validation AUC (:func:`chosen_lr`), the held-out problems are never used to choose.
@@ -65,6 +66,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sat_llm.config import LLMConfig  # noqa: E402
+from sat_theory.algorithm import METHODS as _ALGO_METHODS  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "figures" / "llm_team_task"
 
@@ -295,6 +297,9 @@ METHODS = {
     "single": (["--method", "sat"], False),
 }
 PEERS = ("comlrl",)
+#: the methods with a trust region (its radius δ can be set per run: ``_d{δ}`` in the name)
+TRUST_REGION_METHODS = tuple(m for m, (flags, _) in METHODS.items()
+                             if _ALGO_METHODS[flags[1]]["trust_region"] != "none")
 #: every method of the study, in the order of the tables; the team sizes; the seeds
 STUDY_METHODS = ("sat", "naive", "joint", "no-tr", "comlrl", "single")
 TEAM_SIZES = (2, 3)
@@ -395,27 +400,57 @@ def study_config(**kw):
 
 
 # ------------------------------------------------------------------ runs, names, the queue
-def run_name(n: int, method: str, lr: float, seed: int, tune: bool = False) -> str:
-    """``n{n}/[tune/]{method}_lr{lr}_s{seed}`` (the issue-21 study's names under ``n{n}/``;
-    the single agent's ``n`` is the team size whose budget it gets)."""
+def run_name(n: int, method: str, lr: float, seed: int, tune: bool = False,
+             delta: float | None = None) -> str:
+    """``n{n}/[tune/]{method}_lr{lr}[_d{δ}]_s{seed}`` (the issue-21 study's names under
+    ``n{n}/``; the single agent's ``n`` is the team size whose budget it gets). ``_d{δ}``:
+    a trust-region method (:data:`TRUST_REGION_METHODS`) at radius δ instead of the study's
+    ``delta``."""
     from experiments.llm_team_learning import run_name as name21
 
-    return f"n{n}/{name21(method, lr, seed, tune)}"
+    name = f"n{n}/{name21(method, lr, seed, tune)}"
+    if delta is None:
+        return name
+    head, s = name.rsplit("_s", 1)
+    return f"{head}_d{delta:g}_s{s}"
+
+
+_RUN_RE = r"n([23])/(tune/)?([a-z-]+)_lr([0-9.e+-]+)(?:_d([0-9.e+-]+))?_s(\d+)"
+
+
+def _number(name: str, what: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise SystemExit(f"not a {what} in {name!r}: {text!r}") from None
 
 
 def parse_run(name: str) -> tuple[int, bool, str, float, int]:
-    """``(n, tune, method, lr, seed)`` of a run name (:func:`run_name`)."""
+    """``(n, tune, method, lr, seed)`` of a run name (:func:`run_name`; its δ:
+    :func:`run_delta`)."""
     import re
 
-    m = re.fullmatch(r"n([23])/(tune/)?([a-z-]+)_lr([0-9.e+-]+)_s(\d+)", name)
+    m = re.fullmatch(_RUN_RE, name)
     if not m or m.group(3) not in STUDY_METHODS:
         raise SystemExit(f"not a run of the relay study: {name!r} (methods "
                          f"{', '.join(STUDY_METHODS)}, n 2 or 3; e.g. {run_name(2, 'sat', 1e-3, 0)})")
-    try:
-        lr = float(m.group(4))
-    except ValueError:
-        raise SystemExit(f"not a learning rate in {name!r}: {m.group(4)!r}") from None
-    return int(m.group(1)), bool(m.group(2)), m.group(3), lr, int(m.group(5))
+    lr = _number(name, "learning rate", m.group(4))
+    if m.group(5) is not None:
+        if m.group(3) not in TRUST_REGION_METHODS:
+            raise SystemExit(f"not a trust-region method in {name!r}: only "
+                             f"{', '.join(TRUST_REGION_METHODS)} take a radius _d")
+        if not _number(name, "trust-region radius", m.group(5)) > 0:
+            raise SystemExit(f"not a trust-region radius in {name!r}: δ must be > 0")
+    return int(m.group(1)), bool(m.group(2)), m.group(3), lr, int(m.group(6))
+
+
+def run_delta(name: str) -> float | None:
+    """The trust-region radius δ a run name sets (``_d{δ}``), ``None`` when it sets none."""
+    import re
+
+    parse_run(name)
+    d = re.fullmatch(_RUN_RE, name).group(5)
+    return None if d is None else float(d)
 
 
 def _finished(d: Path) -> bool:
@@ -462,7 +497,8 @@ def run_one(cfg, name: str, root: Path, resume: bool, n_validation: int | None =
     from sat_theory.metrics import write_json_atomic
 
     n, tune, method, lr, seed = parse_run(name)
-    cfg = replace(cfg, lr=lr)
+    delta = run_delta(name)
+    cfg = replace(cfg, lr=lr, **({} if delta is None else {"delta": delta}))
     if tune:
         v = n_validation or N_VALIDATION
         if cfg.n_train <= v:

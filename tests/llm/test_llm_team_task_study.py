@@ -30,6 +30,26 @@ def test_run_names_round_trip_and_bad_names_are_refused(capsys):
     assert e.value.code == 2 and "not a run of the relay study" in capsys.readouterr().err
 
 
+def test_a_run_name_can_set_the_trust_region_radius_of_trust_region_methods_only(tmp_path,
+                                                                                 monkeypatch):
+    assert set(relay.TRUST_REGION_METHODS) == {"sat", "naive", "joint", "single"}
+    for m in relay.TRUST_REGION_METHODS:
+        name = relay.run_name(2, m, 3e-3, 0, True, delta=0.2)
+        assert name == f"n2/tune/{m}_lr0.003_d0.2_s0"
+        assert relay.parse_run(name) == (2, True, m, 3e-3, 0) and relay.run_delta(name) == 0.2
+    assert relay.run_delta(relay.run_name(3, "sat", 1e-3, 1)) is None
+    for bad in ("n2/no-tr_lr0.003_d0.2_s0", "n2/comlrl_lr0.003_d0.2_s0", "n2/sat_lr0.003_d0_s0",
+                "n2/sat_lr0.003_d1e-2e_s0"):
+        with pytest.raises(SystemExit, match="not a"):
+            relay.parse_run(bad)
+    # the run gets that radius: run_one hands it to training in place of the study's delta
+    seen = {}
+    monkeypatch.setattr(relay, "_train", lambda cfg, *a, **k: seen.setdefault("delta", cfg.delta))
+    with pytest.raises(FileNotFoundError):  # no study.json: the stand-in trained nothing
+        relay.run_one(relay.study_config(), "n2/sat_lr0.003_d0.2_s0", tmp_path, resume=False)
+    assert seen["delta"] == 0.2 != relay.study_config().delta
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_every_method_is_evaluated_on_the_same_message_grid(n):
     cfg = relay.study_config(budget=12)
