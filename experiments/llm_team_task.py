@@ -415,9 +415,6 @@ def run_name(n: int, method: str, lr: float, seed: int, tune: bool = False,
     return f"{head}_d{delta:g}_s{s}"
 
 
-_RUN_RE = r"n([23])/(tune/)?([a-z-]+)_lr([0-9.e+-]+)(?:_d([0-9.e+-]+))?_s(\d+)"
-
-
 def _number(name: str, what: str, text: str) -> float:
     try:
         return float(text)
@@ -425,32 +422,36 @@ def _number(name: str, what: str, text: str) -> float:
         raise SystemExit(f"not a {what} in {name!r}: {text!r}") from None
 
 
-def parse_run(name: str) -> tuple[int, bool, str, float, int]:
-    """``(n, tune, method, lr, seed)`` of a run name (:func:`run_name`; its δ:
-    :func:`run_delta`)."""
+def _parse(name: str) -> tuple[int, bool, str, float, float | None, int]:
+    """``(n, tune, method, lr, δ or None, seed)`` of a run name (:func:`run_name`), or a
+    one-line SystemExit."""
     import re
 
-    m = re.fullmatch(_RUN_RE, name)
+    m = re.fullmatch(r"n([23])/(tune/)?([a-z-]+)_lr([0-9.e+-]+)(?:_d([0-9.e+-]+))?_s(\d+)", name)
     if not m or m.group(3) not in STUDY_METHODS:
         raise SystemExit(f"not a run of the relay study: {name!r} (methods "
                          f"{', '.join(STUDY_METHODS)}, n 2 or 3; e.g. {run_name(2, 'sat', 1e-3, 0)})")
-    lr = _number(name, "learning rate", m.group(4))
+    lr, delta = _number(name, "learning rate", m.group(4)), None
     if m.group(5) is not None:
         if m.group(3) not in TRUST_REGION_METHODS:
             raise SystemExit(f"not a trust-region method in {name!r}: only "
                              f"{', '.join(TRUST_REGION_METHODS)} take a radius _d")
-        if not _number(name, "trust-region radius", m.group(5)) > 0:
+        delta = _number(name, "trust-region radius", m.group(5))
+        if not delta > 0:
             raise SystemExit(f"not a trust-region radius in {name!r}: δ must be > 0")
-    return int(m.group(1)), bool(m.group(2)), m.group(3), lr, int(m.group(6))
+    return int(m.group(1)), bool(m.group(2)), m.group(3), lr, delta, int(m.group(6))
+
+
+def parse_run(name: str) -> tuple[int, bool, str, float, int]:
+    """``(n, tune, method, lr, seed)`` of a run name (:func:`run_name`; its δ:
+    :func:`run_delta`)."""
+    n, tune, method, lr, _, seed = _parse(name)
+    return n, tune, method, lr, seed
 
 
 def run_delta(name: str) -> float | None:
     """The trust-region radius δ a run name sets (``_d{δ}``), ``None`` when it sets none."""
-    import re
-
-    parse_run(name)
-    d = re.fullmatch(_RUN_RE, name).group(5)
-    return None if d is None else float(d)
+    return _parse(name)[4]
 
 
 def _finished(d: Path) -> bool:
@@ -496,8 +497,7 @@ def run_one(cfg, name: str, root: Path, resume: bool, n_validation: int | None =
     from experiments.study_queue import log_name, wall_clock
     from sat_theory.metrics import write_json_atomic
 
-    n, tune, method, lr, seed = parse_run(name)
-    delta = run_delta(name)
+    n, tune, method, lr, delta, seed = _parse(name)
     cfg = replace(cfg, lr=lr, **({} if delta is None else {"delta": delta}))
     if tune:
         v = n_validation or N_VALIDATION
